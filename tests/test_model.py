@@ -1,0 +1,74 @@
+"""Validation of the XSA path (checks (a)-(d) of the validation stage) and model input errors."""
+
+import pytest
+import torch
+
+from xsa import validation
+from xsa.config import ConfigError, GPTConfig, make_config
+from xsa.model import GPT, xsa_project
+
+
+@pytest.mark.parametrize("check", validation.CHECKS, ids=lambda c: c.__name__)
+def test_validation_check(check):
+    result = check()
+    assert result.passed, f"{result.name}: measured {result.measured:.3g} > tolerance {result.tolerance:g}"
+
+
+def test_checks_can_fail():
+    # the orthogonality check must notice a projection that is only partial
+    y, v = validation._random_yv(0)
+    assert validation._max_abs_cos(xsa_project(y, v, 0.5), v) > 1e-2
+
+
+def test_xsa_project_does_not_copy_v_under_gqa():
+    # the broadcast is a view: v keeps its storage and no repeated tensor of y's size is built
+    y, v = validation._random_yv(0, n_head=8, n_kv_head=2)
+    z = xsa_project(y, v, 1.0)
+    assert z.shape == y.shape and v.unsqueeze(3).data_ptr() == v.data_ptr()
+
+
+def test_plain_value_mode_projects_against_c_v():
+    model = validation.random_model(0, xsa_alpha=1.0, xsa_layers="all", xsa_value="plain")
+    for b in model.blocks:
+        b.attn.capture = {}
+    model(torch.randint(0, 97, (1, 16)))
+    cap = model.blocks[-1].attn.capture  # the last layer always has a value embedding
+    v_plain = model.blocks[-1].attn.c_v  # the captured v must be c_v(x) alone, not the mixed one
+    cos = torch.nn.functional.cosine_similarity(cap["z"][:, 1:], cap["v"].transpose(1, 2)[:, 1:], dim=-1)
+    assert cos.abs().max() < 1e-5
+    assert model.blocks[-1].attn.xsa_plain and v_plain.weight.shape[0] == cap["v"].shape[1] * cap["v"].shape[3]
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(xsa_alpha=1.5), "xsa_alpha"),
+    (dict(xsa_alpha=-0.1), "xsa_alpha"),
+    (dict(xsa_alpha=1.0, xsa_layers="middle"), "xsa_layers"),
+    (dict(xsa_alpha=1.0, xsa_layers="0,9"), "xsa_layers"),
+    (dict(xsa_alpha=1.0, xsa_layers="last:0"), "xsa_layers"),
+    (dict(n_embd=65), "n_embd"),
+    (dict(xsa_value="both"), "xsa_value"),
+    (dict(xsa_alpha=1.0, xsa_layers="none"), "xsa_alpha"),
+])
+def test_bad_model_config_names_the_field(kwargs, field):
+    with pytest.raises(ConfigError, match=field):
+        GPTConfig(**{**validation.TINY, **kwargs})
+
+
+def test_bad_preset_and_unknown_field():
+    with pytest.raises(ConfigError, match="preset"):
+        make_config("d13")
+    with pytest.raises(ConfigError, match="learning_rate"):
+        make_config("smoke", learning_rate=1.0)
+
+
+def test_alpha_without_layers_means_all():
+    cfg = make_config("smoke", xsa_alpha=0.5)
+    assert cfg.model.xsa_layer_set() == frozenset(range(cfg.model.n_layer))
+    assert make_config("smoke").model.xsa_layer_set() == frozenset()
+
+
+def test_sequence_longer_than_rotary_cache_is_an_error():
+    model = GPT(GPTConfig(**{**validation.TINY, "sequence_len": 4}))
+    model.init_weights()
+    with pytest.raises(ConfigError, match="sequence_len"):
+        model(torch.zeros(1, 41, dtype=torch.long))

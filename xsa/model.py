@@ -1,0 +1,299 @@
+"""
+A nanochat-style GPT with Exclusive Self-Attention (XSA).
+
+The stack follows karpathy/nanochat (commit 92d63d4): token embedding, RMSNorm without weights,
+rotary embeddings (base 100000) applied to q and k before QK-norm and a 1.2 scale, ReLU^2 MLP of
+width 4x, value embeddings on alternating layers (the last always included) mixed into v by a
+per-KV-head gate 3*sigmoid(Linear(x[..., :12])), per-layer residual and x0 scalars, untied lm_head,
+logits soft-capped at 15*tanh(x/15), no biases, zero-initialised output projections.
+Simplified against nanochat: no sliding-window attention pattern, no fp8, a single KV-cache class.
+
+XSA (Zhai, 2026) removes from each head's attention output y_i its component along the token's own
+value v_i, before the output projection:
+
+    z_i = y_i - alpha * (<y_i, v_i> / (||v_i||^2 + eps)) * v_i
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from xsa.config import ConfigError, GPTConfig
+
+ROPE_BASE = 100_000
+QK_SCALE = 1.2  # q and k are scaled after QK-norm (sharper attention at init)
+VE_GATE_CHANNELS = 12  # the value-embedding gate reads the first 12 channels of x
+LOGIT_SOFTCAP = 15.0
+XSA_EPS = 1e-6
+
+
+def norm(x: torch.Tensor) -> torch.Tensor:
+    # RMSNorm with no learnable weight
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def has_value_embedding(layer_idx: int, n_layer: int) -> bool:
+    # alternating layers, always including the last one
+    return layer_idx % 2 == (n_layer - 1) % 2
+
+
+def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, T, H, D); rotate the two halves of the head dimension as pairs
+    d = x.size(-1) // 2
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1)
+
+
+def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha: float, eps: float = XSA_EPS) -> torch.Tensor:
+    """Exclusive self-attention: remove from y its component along the token's own value v.
+
+    y: (B, T, H, D) attention output per query head.
+    v: (B, T, Hkv, D) the value of the same token per KV head; H must be a multiple of Hkv.
+    Under grouped-query attention each query head uses its KV head's value: the group dimension is
+    split off y as a view and v is broadcast over it, so nothing is copied or repeated. Any strides
+    work (the model passes transposed views of the attention layout).
+
+    The dot product and squared norm accumulate in fp32 even when y and v are bf16, since the
+    coefficient <y,v>/||v||^2 is a ratio of two reductions over D that bf16 would round badly.
+    """
+    H, Hkv = y.size(2), v.size(2)
+    yg = y.unflatten(2, (Hkv, H // Hkv))  # (B, T, Hkv, G, D), a view
+    vg = v.unsqueeze(3)  # (B, T, Hkv, 1, D), broadcast over the group
+    vf = vg.float()
+    dot = torch.linalg.vecdot(yg.float(), vf).unsqueeze(-1)  # (B, T, Hkv, G, 1)
+    sq = torch.linalg.vecdot(vf, vf).unsqueeze(-1)  # (B, T, Hkv, 1, 1)
+    coef = (dot / (sq + eps)).to(y.dtype)
+    # z = y - alpha * coef * v, as one fused multiply-add
+    z = torch.addcmul(yg, coef, vg, value=-alpha)
+    return z.flatten(2, 3)
+
+
+class KVCache:
+    """Keys and values of every layer for autoregressive decoding (batch B, up to max_len tokens)."""
+
+    def __init__(self, n_layer: int, batch_size: int, n_kv_head: int, head_dim: int, max_len: int,
+                 device=None, dtype=torch.float32):
+        shape = (n_layer, batch_size, n_kv_head, max_len, head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.pos = 0  # tokens already in the cache
+        self.max_len = max_len
+
+    def insert(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store this chunk's k, v (B, Hkv, T, D) at the current position; return all keys/values so far."""
+        t0, t1 = self.pos, self.pos + k.size(2)
+        if t1 > self.max_len:
+            raise ValueError(f"KV cache overflow: {t1} tokens > max_len {self.max_len}")
+        self.k[layer, :, :, t0:t1] = k
+        self.v[layer, :, :, t0:t1] = v
+        return self.k[layer, :, :, :t1], self.v[layer, :, :, :t1]
+
+    def advance(self, n: int):
+        self.pos += n
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = config.n_embd // config.n_head
+        kv_dim = self.n_kv_head * self.head_dim
+        self.c_q = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.c_k = nn.Linear(config.n_embd, kv_dim, bias=False)
+        self.c_v = nn.Linear(config.n_embd, kv_dim, bias=False)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.ve_gate = (nn.Linear(VE_GATE_CHANNELS, self.n_kv_head, bias=False)
+                        if has_value_embedding(layer_idx, config.n_layer) else None)
+        # XSA at this layer (None = standard attention), and which value it projects against
+        self.xsa_alpha = float(config.xsa_alpha) if layer_idx in config.xsa_layer_set() else None
+        self.xsa_plain = config.xsa_value == "plain"
+        # Diagnostics: set to a dict to receive this layer's q, k, v, y, z on the next forward
+        self.capture: dict | None = None
+
+    def forward(self, x, ve, cos_sin, kv_cache: KVCache | None):
+        B, T, C = x.shape
+        q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
+        k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
+        v_plain = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
+        v = v_plain
+        if ve is not None:
+            gate = 3 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))  # (B, T, Hkv)
+            v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
+        cos, sin = cos_sin
+        q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
+        q, k = norm(q) * QK_SCALE, norm(k) * QK_SCALE
+        # (B, T, H, D) -> (B, H, T, D): heads become a batch dimension for attention
+        q, k, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        gqa = self.n_head != self.n_kv_head
+        if kv_cache is None:
+            y = F.scaled_dot_product_attention(q, k, vt, is_causal=True, enable_gqa=gqa)
+        else:
+            k_all, v_all = kv_cache.insert(self.layer_idx, k, vt)
+            Tk = k_all.size(2)
+            if T == 1:  # one new token attends to everything cached
+                y = F.scaled_dot_product_attention(q, k_all, v_all, enable_gqa=gqa)
+            else:  # a chunk: the whole cached prefix, then causal within the chunk
+                mask = torch.ones(T, Tk, dtype=torch.bool, device=x.device).tril(diagonal=Tk - T)
+                y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=gqa)
+        y = y.transpose(1, 2)  # (B, T, H, D), a view
+        # XSA projects against the token's own value: the new tokens' v, also when decoding
+        v_self = v_plain if self.xsa_plain else v
+        z = y if self.xsa_alpha is None else xsa_project(y, v_self, self.xsa_alpha)
+        if self.capture is not None:
+            self.capture.update(q=q.detach(), k=k.detach(), y=y.detach(), z=z.detach(),
+                                v=v_self.detach().transpose(1, 2))
+        return self.c_proj(z.reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
+
+    def forward(self, x):
+        return self.c_proj(F.relu(self.c_fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig, layer_idx: int):
+        super().__init__()
+        self.attn = CausalSelfAttention(config, layer_idx)
+        self.mlp = MLP(config)
+
+    def forward(self, x, ve, cos_sin, kv_cache):
+        x = x + self.attn(norm(x), ve, cos_sin, kv_cache)
+        return x + self.mlp(norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        head_dim = config.n_embd // config.n_head
+        kv_dim = config.n_kv_head * head_dim
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.blocks = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
+        self.value_embeds = nn.ModuleDict({
+            str(i): nn.Embedding(config.vocab_size, kv_dim)
+            for i in range(config.n_layer) if has_value_embedding(i, config.n_layer)})
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # x <- resid_lambdas[i] * x + x0_lambdas[i] * x0 before every block
+        self.resid_lambdas = nn.Parameter(torch.ones(config.n_layer))
+        self.x0_lambdas = nn.Parameter(torch.zeros(config.n_layer))
+        # rotary tables for 10x the training length, so decoding past it is possible but bounded
+        self.rotary_len = config.sequence_len * 10
+        cos, sin = self._rotary_tables(self.rotary_len, head_dim)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    @staticmethod
+    def _rotary_tables(seq_len: int, head_dim: int, device=None):
+        inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+        freqs = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)
+        return freqs.cos(), freqs.sin()
+
+    @torch.no_grad()
+    def init_weights(self):
+        """nanochat's initialisation: uniform inputs, zero output projections, a small lm_head."""
+        s = 3 ** 0.5 * self.config.n_embd ** -0.5  # uniform(-s, s) has std n_embd^-0.5
+        nn.init.normal_(self.wte.weight, std=1.0)
+        nn.init.normal_(self.lm_head.weight, std=0.001)
+        for block in self.blocks:
+            attn, mlp = block.attn, block.mlp
+            for lin in (attn.c_q, attn.c_k, attn.c_v, mlp.c_fc):
+                nn.init.uniform_(lin.weight, -s, s)
+            nn.init.zeros_(attn.c_proj.weight)
+            nn.init.zeros_(mlp.c_proj.weight)
+            if attn.ve_gate is not None:
+                nn.init.zeros_(attn.ve_gate.weight)
+        for ve in self.value_embeds.values():
+            nn.init.uniform_(ve.weight, -s, s)
+        self.resid_lambdas.fill_(1.0)
+        self.x0_lambdas.fill_(0.1)
+        cos, sin = self._rotary_tables(self.rotary_len, self.config.n_embd // self.config.n_head, self.cos.device)
+        self.cos.copy_(cos)
+        self.sin.copy_(sin)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by optimizer role: Muon takes 'matrix', AdamW the rest (see xsa/optim.py)."""
+        groups = {
+            "matrix": [p for p in self.blocks.parameters()],
+            "embedding": [self.wte.weight],
+            "value_embeds": list(self.value_embeds.parameters()),
+            "lm_head": [self.lm_head.weight],
+            "resid_lambdas": [self.resid_lambdas],
+            "x0_lambdas": [self.x0_lambdas],
+        }
+        assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
+        return groups
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def estimate_flops(self) -> float:
+        """FLOPs per token for forward + backward: 6 per matmul weight, plus attention scores.
+
+        Embedding lookups (token and value embeddings) and the per-layer scalars do no matmul work.
+        """
+        c = self.config
+        lookup = self.wte.weight.numel() + sum(p.numel() for p in self.value_embeds.parameters())
+        scalars = self.resid_lambdas.numel() + self.x0_lambdas.numel()
+        matmul_params = self.num_params() - lookup - scalars
+        attn = 12 * c.n_layer * c.n_embd * c.sequence_len  # QK^T and AV, forward + backward
+        return 6 * matmul_params + attn
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                kv_cache: KVCache | None = None, loss_reduction: str = "mean"):
+        B, T = idx.shape
+        t0 = 0 if kv_cache is None else kv_cache.pos
+        if t0 + T > self.rotary_len:
+            raise ConfigError(f"sequence_len: {t0 + T} tokens exceed the rotary cache ({self.rotary_len})")
+        cos = self.cos[None, t0:t0 + T, None, :]
+        sin = self.sin[None, t0:t0 + T, None, :]
+        x = norm(self.wte(idx))
+        x0 = x
+        for i, block in enumerate(self.blocks):
+            x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
+            ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
+            x = block(x, ve, (cos.to(x.dtype), sin.to(x.dtype)), kv_cache)
+        if kv_cache is not None:
+            kv_cache.advance(T)
+        logits = self.lm_head(norm(x)).float()
+        logits = LOGIT_SOFTCAP * torch.tanh(logits / LOGIT_SOFTCAP)
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1),
+                               ignore_index=-1, reduction=loss_reduction)
+        return loss.view(B, T) if loss_reduction == "none" else loss
+
+    @torch.inference_mode()
+    def generate(self, tokens: list[int], max_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int = 42):
+        """Yield up to max_tokens new token ids after `tokens`, decoding with a KV cache.
+
+        temperature 0 is greedy (deterministic); otherwise sampling from a seeded generator.
+        """
+        device = self.wte.weight.device
+        c = self.config
+        cache = KVCache(c.n_layer, 1, c.n_kv_head, c.n_embd // c.n_head, len(tokens) + max_tokens,
+                        device=device, dtype=self.wte.weight.dtype)
+        rng = torch.Generator(device=device).manual_seed(seed)
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
+        for _ in range(max_tokens):
+            logits = self.forward(ids, kv_cache=cache)[:, -1, :]
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits = logits.masked_fill(logits < v[:, [-1]], -float("inf"))
+                probs = F.softmax(logits / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=rng)
+            ids = nxt
+            yield int(nxt.item())

@@ -1,0 +1,126 @@
+"""
+Run records: the one place that writes results to disk.
+
+Every write is atomic (write to a temporary file in the same folder, fsync, rename), so a killed
+process leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path, text: str) -> None:
+    _atomic_write_bytes(Path(path), text.encode("utf-8"))
+
+
+def atomic_write_json(path, obj: Any) -> None:
+    """JSON with sorted keys and a trailing newline, so identical content gives identical bytes."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+def atomic_torch_save(path, obj: Any) -> None:
+    import io
+    import torch
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    _atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def append_jsonl(path, record: dict) -> None:
+    """Append one JSON line (a line is written whole; a torn last line is dropped by read_jsonl)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+
+
+def read_json(path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: corrupt JSON ({e})") from None
+
+
+def read_jsonl(path) -> list[dict]:
+    """All complete lines of a JSONL file; a torn final line (a killed writer) is ignored."""
+    out = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: corrupt JSON line") from None
+    return out
+
+
+def sha256_file(path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def git_state() -> dict:
+    """The commit the code ran at, and whether the tree had uncommitted changes."""
+    def run(*args):
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    try:
+        commit = run("rev-parse", "HEAD").stdout.strip() or None
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no").stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def provenance(*, config_hash: str, seed: int | None, device: str, wall_time_s: float | None = None,
+               extra: dict | None = None) -> dict:
+    """What a reader needs to repeat a result: code version, config, seed, software, hardware, date."""
+    import torch
+    rec = {
+        **git_state(),
+        "config_hash": config_hash,
+        "seed": seed,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "device": device,
+        "hostname_kind": platform.machine(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "wall_time_s": wall_time_s,
+    }
+    if extra:
+        rec.update(extra)
+    return rec
