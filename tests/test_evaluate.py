@@ -1,0 +1,329 @@
+"""CORE evaluator: prompt rendering, few-shot sampling, scoring rules, bundle errors."""
+
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from xsa.config import GPTConfig
+from xsa.evaluate import core
+from xsa.evaluate.bundle import BundleError, load_bundle, read_task_file
+from xsa.model import GPT
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_BUNDLE = REPO.parent / "shared" / "eval_bundle"
+
+
+class ByteTokenizer:
+    """UTF-8 bytes shifted by one, so id 0 is free for <|bos|>."""
+    bos_id = 0
+    vocab_size = 257
+
+    def encode(self, text):
+        return [b + 1 for b in text.encode("utf-8")]
+
+    def encode_batch(self, texts):
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids):
+        return bytes(i - 1 for i in ids if i > 0).decode("utf-8", errors="replace")
+
+
+TOK = ByteTokenizer()
+
+
+def write_bundle(root: Path, tasks: dict) -> Path:
+    """tasks: label -> (icl_task_type, num_fewshot, baseline_percent, records or None)."""
+    (root / "eval_data").mkdir(parents=True)
+    lines, meta = ["icl_tasks:"], ["Eval Task,Random baseline"]
+    for label, (ttype, shots, baseline, records) in tasks.items():
+        lines.append(f"- {{label: {label}, dataset_uri: {label}.jsonl, num_fewshot: [{shots}], "
+                     f"icl_task_type: {ttype}}}")
+        meta.append(f"{label},{baseline}")
+        if records is not None:
+            (root / "eval_data" / f"{label}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (root / "core.yaml").write_text("\n".join(lines) + "\n")
+    (root / "eval_meta_data.csv").write_text("\n".join(meta) + "\n")
+    return root
+
+
+def synthetic_tasks(n: int, seed: int = 0) -> dict:
+    rng = random.Random(seed)
+    words = ["red", "green", "blue", "gold", "stone", "river", "cloud", "ember"]
+    mc = [{"query": f"Q{i}: pick", "choices": rng.sample(words, 4), "gold": rng.randrange(4)} for i in range(n)]
+    letters = [{"query": f"Q{i}: letter?", "choices": ["A", "B", "C", "D"], "gold": rng.randrange(4)} for i in range(n)]
+    schema = [{"context_options": [f"S{i} the {w}" for w in rng.sample(words, 2)],
+               "continuation": f"ends {i}.", "gold": rng.randrange(2)} for i in range(n)]
+    lm = [{"context": f"Count {i} to", "continuation": f"{i + 1} {i + 2}"} for i in range(n)]
+    return {"mc": ("multiple_choice", 3, 25, mc), "letters": ("multiple_choice", 0, 25, letters),
+            "schema": ("schema", 2, 50, schema), "lm": ("language_modeling", 3, 0, lm)}
+
+
+def tiny_model(seq_len=256):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(sequence_len=seq_len, vocab_size=TOK.vocab_size, n_layer=1, n_head=2,
+                          n_kv_head=2, n_embd=32))
+    model.init_weights()
+    return model.eval()
+
+
+# -----------------------------------------------------------------------------
+# rendering
+
+def test_render_multiple_choice_matches_hand_written():
+    shots = [{"query": "Sky is", "choices": ["green", "blue"], "gold": 1}]
+    item = {"query": "Grass is", "choices": ["green", "red"], "gold": 0}
+    assert core.render_mc(item, "\nAnswer: ", shots) == [
+        "Sky is\nAnswer: blue\n\nGrass is\nAnswer: green",
+        "Sky is\nAnswer: blue\n\nGrass is\nAnswer: red",
+    ]
+
+
+def test_render_schema_matches_hand_written():
+    shots = [{"context_options": ["Ann hugged Bo because Ann", "Ann hugged Bo because Bo"],
+              "continuation": "was sad.", "gold": 1}]
+    item = {"context_options": ["The cup hit the jar so the cup", "The cup hit the jar so the jar"],
+            "continuation": "broke.", "gold": 1}
+    assert core.render_schema(item, " ", shots) == [
+        "Ann hugged Bo because Bo was sad.\n\nThe cup hit the jar so the cup broke.",
+        "Ann hugged Bo because Bo was sad.\n\nThe cup hit the jar so the jar broke.",
+    ]
+
+
+def test_render_language_modeling_matches_hand_written():
+    shots = [{"context": "Capital of France: ", "continuation": "Paris"}]
+    item = {"context": "Capital of Peru:  ", "continuation": "Lima"}
+    assert core.render_lm(item, " ", shots) == [
+        "Capital of France: Paris\n\nCapital of Peru:",
+        "Capital of France: Paris\n\nCapital of Peru: Lima",
+    ]
+
+
+# -----------------------------------------------------------------------------
+# few-shot and subsampling
+
+def test_no_item_in_its_own_fewshot_context():
+    n, k = 25, 10
+    for idx in range(n):
+        picks = core.fewshot_indices(n, idx, k)
+        assert idx not in picks and len(set(picks)) == k and all(0 <= j < n for j in picks)
+        assert picks == core.fewshot_indices(n, idx, k)  # fixed seed
+    # and end to end: each rendered prompt holds its own query exactly once
+    items = [{"query": f"<q{i}>", "choices": ["x", "y"], "gold": 0} for i in range(n)]
+    for i, item in enumerate(items):
+        shots = [items[j] for j in core.fewshot_indices(n, i, k)]
+        assert core.render_mc(item, " ", shots)[0].count(f"<q{i}>") == 1
+
+
+def test_subsample_is_a_fixed_shuffle():
+    a = core.subsample(100, 10)
+    assert a == core.subsample(100, 10) and len(set(a)) == 10 and a != list(range(10))
+    assert sorted(core.subsample(100, None)) == list(range(100))
+
+
+def test_rows_are_left_truncated_and_keep_the_continuation():
+    item = {"context": "word " * 200, "continuation": "end"}
+    rows = core.build_rows("language_modeling", [item], [item], [0], 0, " ", TOK, max_len=64)
+    (row,) = rows
+    assert len(row.tokens) <= 64
+    assert TOK.decode(row.targets) == " end"  # the bare prompt is stripped, so the delimiter is scored too
+    assert row.cols[-1] == len(row.tokens) - 1
+
+
+# -----------------------------------------------------------------------------
+# scoring rules
+
+def oracle_scorer(gold_prompts: list[str]):
+    """Loss 0 and a correct prediction exactly where the scored prefix follows a gold prompt."""
+    def score(ids, cols, targets):
+        losses = torch.ones(cols.shape)
+        preds = torch.zeros(cols.shape, dtype=torch.long)
+        for b in range(ids.size(0)):
+            for k in range(cols.size(1)):
+                text = TOK.decode(ids[b, 1:cols[b, k] + 1].tolist() + [int(targets[b, k])])
+                if any(g.startswith(text) for g in gold_prompts):
+                    losses[b, k], preds[b, k] = 0.0, targets[b, k]
+        return losses, preds
+    return score
+
+
+def gold_prompts(bundle) -> list[str]:
+    out = []
+    for spec in bundle.tasks:
+        pool = read_task_file(spec.path, spec.task_type)
+        for i, item in enumerate(pool):
+            shots = [pool[j] for j in core.fewshot_indices(len(pool), i, spec.num_fewshot)]
+            prompts = core.RENDER[spec.task_type](item, spec.continuation_delimiter, shots)
+            out.append(prompts[-1] if spec.task_type == "language_modeling" else prompts[item["gold"]])
+    return out
+
+
+def test_oracle_scores_one_on_every_task_type(tmp_path):
+    bundle = load_bundle(write_bundle(tmp_path, synthetic_tasks(12)))
+    res = core.evaluate_core(bundle, TOK, oracle_scorer(gold_prompts(bundle)), max_len=10_000)
+    assert {t: r["accuracy"] for t, r in res["tasks"].items()} == {"mc": 1.0, "letters": 1.0, "schema": 1.0, "lm": 1.0}
+    assert res["core"] == 1.0 and res["missing"] == [] and res["core_complete"]
+
+
+def test_uniform_model_lands_at_random_baseline(tmp_path):
+    n = 400
+    bundle = load_bundle(write_bundle(tmp_path, synthetic_tasks(n, seed=1)))
+    model = tiny_model()
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # uniform next-token distribution everywhere
+    res = core.evaluate_core(bundle, TOK, core.model_scorer(model), max_len=48)
+    for label, p in [("mc", 0.25), ("letters", 0.25), ("schema", 0.5)]:
+        assert abs(res["tasks"][label]["accuracy"] - p) < 4 * math.sqrt(p * (1 - p) / n), label
+    assert res["tasks"]["lm"]["accuracy"] == 0.0
+    assert abs(res["core"]) < 0.15
+
+
+def test_mean_loss_not_sum_decides_multiple_choice(tmp_path):
+    # choice 0 is four tokens at loss 1 (sum 4, mean 1); choice 1 one token at loss 2 (sum 2, mean 2)
+    records = [{"query": "Q", "choices": ["aaaa", "b"], "gold": 0}]
+    bundle = load_bundle(write_bundle(tmp_path, {"t": ("multiple_choice", 0, 50, records)}))
+    table = torch.zeros(TOK.vocab_size)
+    table[TOK.encode("a")[0]], table[TOK.encode("b")[0]] = 1.0, 2.0
+
+    def scorer(ids, cols, targets):
+        return table[targets], torch.zeros_like(targets)
+    res = core.evaluate_core(bundle, TOK, scorer, max_len=100)
+    assert res["tasks"]["t"]["accuracy"] == 1.0  # a sum-of-loss rule would pick "b"
+
+
+def test_model_scorer_matches_full_logits():
+    model = tiny_model(64)
+    ids = torch.randint(1, TOK.vocab_size, (3, 20))
+    cols = torch.tensor([[2, 5], [19 - 1, 0], [7, 7]])
+    targets = torch.randint(1, TOK.vocab_size, (3, 2))
+    losses, preds = core.model_scorer(model)(ids, cols, targets)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids), -1)
+    for b in range(3):
+        for k in range(2):
+            assert losses[b, k].item() == pytest.approx(-logp[b, cols[b, k], targets[b, k]].item(), abs=1e-4)
+            assert preds[b, k] == logp[b, cols[b, k]].argmax()
+
+
+def test_centered_accuracy():
+    assert core.centered(0.25, 25) == 0.0 and core.centered(1.0, 62) == 1.0
+    assert core.centered(0.5, 0) == 0.5
+
+
+# -----------------------------------------------------------------------------
+# bundle errors
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"context": "a", "continuation": "b"}\n\n{"context": oops}\n')
+    with pytest.raises(BundleError, match=r"bad\.jsonl:3"):
+        read_task_file(path)
+
+
+def test_record_missing_a_field_names_file_and_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"query": "q", "choices": ["a"]}\n')
+    with pytest.raises(BundleError, match=r"t\.jsonl:1: .*gold"):
+        read_task_file(path, "multiple_choice")
+
+
+def test_unknown_task_type_is_a_clear_error(tmp_path):
+    write_bundle(tmp_path, {"odd": ("ranking", 0, 0, [{"x": 1}])})
+    with pytest.raises(BundleError, match=r"odd.*unknown icl_task_type 'ranking'"):
+        load_bundle(tmp_path)
+
+
+def test_missing_task_file_is_listed_not_dropped(tmp_path):
+    tasks = synthetic_tasks(8)
+    tasks["absent"] = ("multiple_choice", 0, 25, None)
+    bundle = load_bundle(write_bundle(tmp_path, tasks))
+    assert bundle.missing == ["absent"]
+    res = core.evaluate_core(bundle, TOK, oracle_scorer(gold_prompts(bundle)), max_len=10_000)
+    assert res["missing"] == ["absent"] and not res["core_complete"] and "absent" not in res["tasks"]
+
+
+@pytest.mark.skipif(not SHARED_BUNDLE.is_dir(), reason="shared eval bundle not present")
+def test_shared_bundle_reads_and_renders():
+    bundle = load_bundle(SHARED_BUNDLE)
+    assert len(bundle.tasks) == 22 and bundle.missing == []
+    for spec in bundle.tasks:
+        pool = read_task_file(spec.path, spec.task_type)
+        rows = core.build_rows(spec.task_type, pool[:2], pool, [0, 1], spec.num_fewshot,
+                               spec.continuation_delimiter, TOK, max_len=512)
+        assert rows and all(len(r.tokens) <= 512 and r.cols for r in rows), spec.label
+
+
+def test_cli_help():
+    out = subprocess.run([sys.executable, "-m", "xsa.evaluate", "core", "--help"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    assert "--max-per-task" in out and "--bundle" in out
+
+
+def test_cli_merges_core_into_eval_json(tmp_path):
+    from xsa.data import ensure_data
+    from xsa.config import make_config
+    from xsa.evaluate.__main__ import main
+    from xsa.train import train
+
+    run = tmp_path / "run"
+    cfg = make_config("smoke", eval_every=1000, checkpoint_every=1000)
+    train(cfg, run, data_dir=ensure_data("smoke"), max_steps=1, progress=False)
+    (run / "eval.json").write_text(json.dumps({"other": 1}))
+    bundle = write_bundle(tmp_path / "bundle", {**synthetic_tasks(6), "absent": ("schema", 0, 50, None)})
+    main(["core", "--run", str(run), "--bundle", str(bundle), "--max-per-task", "4", "--device", "cpu"])
+    out = json.loads((run / "eval.json").read_text())
+    assert out["other"] == 1 and out["missing"] == ["absent"]
+    assert set(out["tasks"]) == {"mc", "letters", "schema", "lm"}
+    assert all(t["n"] == 4 and 0 <= t["accuracy"] <= 1 for t in out["tasks"].values())
+    assert out["core"] == pytest.approx(sum(t["centered"] for t in out["tasks"].values()) / 4)
+    assert out["core_detail"]["core_complete"] is False
+
+
+def test_task_table_is_written_as_csv_and_markdown(tmp_path):
+    from xsa.evaluate.run import task_rows, write_table
+    record = {"tasks": {"copa": {"n": 10, "accuracy": 0.6, "centered": 0.2}}, "missing": ["squad"],
+              "chat_tasks": {"GSM8K": {"n": 5, "accuracy": 0.0, "centered": 0.0}}}
+    csv_path, md_path = write_table(task_rows(record, "r1"), tmp_path / "t")
+    assert csv_path.read_text().splitlines() == [
+        "run,suite,task,n,accuracy,centered", "r1,CORE,copa,10,0.6,0.2", "r1,ChatCORE,GSM8K,5,0.0,0.0",
+        "r1,CORE,squad,0,,"]
+    assert md_path.read_text().splitlines()[2] == "| r1 | CORE | copa | 10 | 0.6 | 0.2 |"
+
+
+def _zip_bundle(tmp_path) -> Path:
+    import zipfile
+    src = write_bundle(tmp_path / "src" / "eval_bundle", synthetic_tasks(3))
+    path = tmp_path / "eval_bundle.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for f in src.rglob("*"):
+            z.write(f, f.relative_to(src.parent))
+    return path
+
+
+def test_download_unpacks_once_and_checks_the_checksum(tmp_path, monkeypatch):
+    from xsa.evaluate.bundle import download_bundle
+    from xsa.records import sha256_file
+    zpath = _zip_bundle(tmp_path)
+    monkeypatch.setenv("XSA_EVAL_BUNDLE_SHA256", "0" * 64)
+    with pytest.raises(BundleError, match="sha256"):
+        download_bundle(tmp_path / "bad", url=zpath.as_uri())
+    monkeypatch.setenv("XSA_EVAL_BUNDLE_SHA256", sha256_file(zpath))
+    dest = download_bundle(tmp_path / "cache" / "eval_bundle", url=zpath.as_uri())
+    assert len(load_bundle(dest).tasks) == 4
+    zpath.unlink()  # a second call finds the unpacked bundle and fetches nothing
+    assert download_bundle(tmp_path / "cache" / "eval_bundle", url=zpath.as_uri()) == dest
+
+
+def test_bundle_resolution_order(tmp_path, monkeypatch):
+    from xsa.evaluate.bundle import resolve_bundle
+    a = write_bundle(tmp_path / "a", synthetic_tasks(2))
+    b = write_bundle(tmp_path / "b", synthetic_tasks(2))
+    monkeypatch.setenv("XSA_EVAL_BUNDLE", str(b))
+    assert resolve_bundle(a) == a and resolve_bundle() == b
+    with pytest.raises(BundleError, match="no core.yaml"):
+        resolve_bundle(tmp_path)

@@ -1,0 +1,39 @@
+"""Data: the offline corpus (or ClimbMix), its tokenizer, token shards and a deterministic loader.
+
+    from xsa.data import data_dir, ensure_data
+    path = ensure_data("smoke")      # builds on first use, then checks the files against the manifest
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from xsa.common import cache_dir
+
+DATA_DIR_ENV = "XSA_DATA_DIR"
+
+
+def data_dir(subset: str) -> Path:
+    """Where `subset` is built: $XSA_DATA_DIR/subset, else cache_dir()/data/subset."""
+    root = os.environ.get(DATA_DIR_ENV) or Path(cache_dir()) / "data"
+    return Path(root).expanduser() / subset
+
+
+_subset_dir = data_dir  # ensure_data's argument shadows the name
+
+
+def ensure_data(subset: str, data_dir: str | os.PathLike | None = None, verify: bool = True,
+                bundle: str | os.PathLike | None = None) -> Path:
+    """A complete data directory for `subset`, built if missing or half-built.
+
+    verify=True checks every file's sha256 against the manifest (seconds for the offline corpus);
+    damage raises an error naming the file rather than silently rebuilding over it.
+    """
+    from xsa.data.build import COMPLETE, build
+    from xsa.data.shards import check_files
+    path = Path(data_dir) if data_dir is not None else _subset_dir(subset)
+    if not (path / COMPLETE).exists():
+        build(subset, path, bundle=Path(bundle) if bundle else None)
+    check_files(path, full=verify)
+    return path

@@ -1,0 +1,256 @@
+"""Build a data directory: corpus -> decontamination -> train/val split -> tokenizer -> shards -> card.
+
+Everything is written into a temporary sibling folder and renamed into place at the end, with
+BUILD_COMPLETE written last: a build killed half-way leaves no usable-looking directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from filelock import FileLock
+from tqdm import tqdm
+
+from xsa.config import DATA_SUBSETS
+from xsa.data import climbmix, sources
+from xsa.data.decontam import Decontaminator
+from xsa.data.shards import ShardWriter, tokenize_split, write_manifest
+from xsa.data.tokenizer import Tokenizer
+
+COMPLETE = "BUILD_COMPLETE"
+# fraction of documents (by hash) in val; checked afterwards: >= 1% of bytes and >= MIN_VAL_BYTES
+VAL_FRACTION = {"smoke": 0.05, "default": 0.015}
+MIN_VAL_BYTES = {"default": 1_000_000, "climbmix": 1_000_000}  # smoke: only the 1% rule
+SPLITS = ("train", "val")
+CLIMBMIX_VAL_CHARS = 50_000_000
+
+
+@dataclass
+class Stream:
+    """One source of documents as the build sees it."""
+    name: str
+    info: dict  # registry, package, version, archive_sha256, licence, kind: copied into the card
+    weight: float
+    docs: Callable[[], Iterable]  # documents (str, or list of sentences); or (document, split)
+    sentence_level: bool = False
+    stats: dict = field(default_factory=dict)
+
+
+def _unit_hash(text: str, salt: bytes = b"") -> float:
+    """A stable number in [0, 1) per text: decides its split and whether a down-weighted doc is kept."""
+    h = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, person=salt.ljust(16, b"\0"))
+    return int.from_bytes(h.digest(), "big") / 2 ** 64
+
+
+def registry_streams(subset: str) -> list[Stream]:
+    out = []
+    for name in sources.SUBSET_SOURCES[subset]:
+        src = sources.SOURCES_BY_NAME[name]
+        a = src.archive
+        info = dict(registry=a.registry, package=a.package, version=a.version, archive=a.filename,
+                    archive_sha256=a.sha256, licence=src.licence, kind=src.kind, members=src.members)
+        out.append(Stream(name, info, src.weight, lambda src=src: sources.read_source(src, sources.fetch(src.archive)),
+                          src.sentence_level))
+    return out
+
+
+def climbmix_streams() -> list[Stream]:
+    files = climbmix.shard_files()
+    info = dict(registry="huggingface", package="karpathy/climbmix-400b-shuffle",
+                files=[p.name for p in files["train"] + files["val"]], licence=climbmix.LICENCE, kind="web")
+
+    def docs():
+        yield from ((text, "train") for text in climbmix.iter_documents(files["train"]))
+        chars = 0
+        for text in climbmix.iter_documents(files["val"]):  # a fixed prefix of the val shard is plenty
+            yield text, "val"
+            chars += len(text)
+            if chars >= CLIMBMIX_VAL_CHARS:
+                break
+    return [Stream("climbmix", info, 1.0, docs)]
+
+
+# -----------------------------------------------------------------------------
+# stage 1: corpus
+
+
+def _write_corpus(streams: list[Stream], out: Path, decon: Decontaminator, val_fraction: float) -> None:
+    (out / "corpus").mkdir(parents=True)
+    files = {s: open(out / "corpus" / f"{s}.jsonl", "w", encoding="utf-8") for s in SPLITS}
+    for stream in tqdm(streams, desc="corpus", unit="source"):
+        st = stream.stats = {"removed": 0, "dropped_by_weight": 0,
+                             "unit": "sentence" if stream.sentence_level else "document",
+                             **{s: {"documents": 0, "bytes": 0} for s in SPLITS}}
+        it = iter(stream.docs())
+        while batch := list(itertools.islice(it, 4096)):
+            splits = [b[1] if isinstance(b, tuple) else None for b in batch]
+            docs = [b[0] if isinstance(b, tuple) else b for b in batch]
+            if stream.weight < 1:  # down-weighting: keep a stable fraction of the documents
+                keep = [_unit_hash(_flat(d), b"keep") < stream.weight for d in docs]
+                st["dropped_by_weight"] += keep.count(False)
+                docs = [d for d, k in zip(docs, keep) if k]
+                splits = [s for s, k in zip(splits, keep) if k]
+            texts = _decontaminate(docs, stream, decon)
+            for text, split in zip(texts, splits):
+                if not text:
+                    continue
+                split = split or ("val" if _unit_hash(text) < val_fraction else "train")
+                files[split].write(json.dumps({"text": text, "source": stream.name}, ensure_ascii=False) + "\n")
+                st[split]["documents"] += 1
+                st[split]["bytes"] += len(text.encode("utf-8"))
+    for f in files.values():
+        f.close()
+
+
+def _flat(doc) -> str:
+    return doc if isinstance(doc, str) else " ".join(doc)
+
+
+def _decontaminate(docs: list, stream: Stream, decon: Decontaminator) -> list[str]:
+    """Texts of the documents with contaminated documents ("" in their place) or sentences removed."""
+    if not stream.sentence_level:
+        bad = decon.contaminated(docs)
+        stream.stats["removed"] += int(bad.sum())
+        return ["" if b else d for d, b in zip(docs, bad)]
+    flat = [s for d in docs for s in d]
+    bad = iter(decon.contaminated(flat).tolist())
+    texts = []
+    for d in docs:
+        kept = [s for s in d if not next(bad)]
+        stream.stats["removed"] += len(d) - len(kept)
+        texts.append(" ".join(kept))
+    return texts
+
+
+def _read_jsonl(path: Path):  # streaming; records.read_jsonl would hold the whole file
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)
+
+
+# -----------------------------------------------------------------------------
+# the whole build
+
+
+def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None = None) -> Path:
+    """Build DIR for `subset` unless a complete build is already there (or force). Returns DIR."""
+    if subset not in DATA_SUBSETS:
+        raise ValueError(f"unknown data subset {subset!r}; choose one of {sorted(DATA_SUBSETS)}")
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out_dir.parent / f".{out_dir.name}.lock")):  # one builder per directory
+        if (out_dir / COMPLETE).exists() and not force:
+            return out_dir
+        tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _build_into(subset, tmp, bundle)
+            if out_dir.exists():  # a stale, half-built or forced-over directory
+                old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+                os.replace(out_dir, old)
+                shutil.rmtree(old)
+            os.replace(tmp, out_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def _build_into(subset: str, out: Path, bundle: Path | None) -> None:
+    t0 = time.time()
+    timings = {}
+    vocab_size = DATA_SUBSETS[subset]["vocab_size"]
+    streams = climbmix_streams() if subset == "climbmix" else registry_streams(subset)
+    decon = Decontaminator(bundle)
+    timings["decontam_index_s"] = round(time.time() - t0, 2)
+
+    _write_corpus(streams, out, decon, VAL_FRACTION.get(subset, 0.0))
+    timings["corpus_s"] = round(time.time() - t0, 2)
+    val_bytes = sum(s.stats["val"]["bytes"] for s in streams)
+    all_bytes = val_bytes + sum(s.stats["train"]["bytes"] for s in streams)
+    need = max(0.01 * all_bytes, MIN_VAL_BYTES.get(subset, 0))
+    if val_bytes < need:
+        raise RuntimeError(f"validation split too small: {val_bytes} bytes, need {need:.0f}")
+
+    t = time.time()
+    train_texts = (r["text"] for r in _read_jsonl(out / "corpus" / "train.jsonl"))
+    tok = Tokenizer.train(tqdm(train_texts, desc="tokenizer", unit="doc"), vocab_size)
+    if tok.vocab_size != vocab_size:
+        raise RuntimeError(f"tokenizer learned {tok.vocab_size} tokens, wanted {vocab_size}: corpus too small")
+    tok.save(out / "tokenizer")
+    timings["tokenizer_s"] = round(time.time() - t, 2)
+
+    t = time.time()
+    copies = {s.name: max(1, round(s.weight)) for s in streams}  # weight > 1: repeated in train
+    for split in SPLITS:
+        writer = ShardWriter(out / "shards", split, vocab_size)
+        docs = ((r["text"], r["source"], copies[r["source"]] if split == "train" else 1)
+                for r in _read_jsonl(out / "corpus" / f"{split}.jsonl"))
+        tokens = tokenize_split(tqdm(docs, desc=f"shards/{split}", unit="doc"), tok, writer)
+        for s in streams:
+            s.stats[split]["tokens"] = tokens.get(s.name, 0)
+    timings["shards_s"] = round(time.time() - t, 2)
+
+    built = [str(p.relative_to(out)) for p in sorted(out.rglob("*")) if p.is_file()]
+    write_manifest(out, built)
+    timings["total_s"] = round(time.time() - t0, 2)
+    card = data_card(subset, streams, tok, decon, timings)
+    (out / "data_card.json").write_text(json.dumps(card, indent=2) + "\n")
+    (out / "data_card.md").write_text(card_markdown(card))
+    (out / COMPLETE).write_text(json.dumps({"subset": subset, "built_unix": int(time.time())}) + "\n")
+
+
+def data_card(subset: str, streams: list[Stream], tok: Tokenizer, decon: Decontaminator, timings: dict) -> dict:
+    val_fraction = VAL_FRACTION.get(subset, 0.0)
+    per = {s.name: {**s.info, "weight": s.weight, **s.stats} for s in streams}
+    total = lambda key: sum(s.stats[sp][key] for s in streams for sp in SPLITS)
+    return {
+        "subset": subset,
+        "vocab_size": tok.vocab_size,
+        "documents": total("documents"),
+        "bytes": total("bytes"),
+        "tokens": total("tokens"),
+        "decontaminated": sum(s.stats["removed"] for s in streams),
+        "splits": {sp: {k: sum(s.stats[sp][k] for s in streams) for k in ("documents", "bytes", "tokens")}
+                   for sp in SPLITS},
+        "sources": per,
+        "decontamination": {"ngram": decon.n, "bundle": str(decon.bundle), "bundle_sha256": decon.bundle_sha256,
+                            "eval_ngrams": int(len(decon.eval_hashes))},
+        "notes": {
+            "bytes": "UTF-8 bytes of the cleaned documents, each counted once",
+            "tokens": "tokens in the shards, with <|bos|> and the training repeats of weight > 1",
+            "weight": "> 1: each training document is repeated round(weight) times; "
+                      "< 1: that fraction of the documents is kept (by a stable hash)",
+            "split": f"val if a stable hash of the document < {val_fraction} (ClimbMix: its last shard)",
+            "decontaminated": "documents (sentences for sentence-level sources) dropped for sharing a "
+                              f"{decon.n}-word sequence with an evaluation item",
+        },
+        "build_seconds": timings,
+    }
+
+
+def card_markdown(card: dict) -> str:
+    lines = [f"# Data card: `{card['subset']}`", "",
+             f"Vocabulary {card['vocab_size']}; {card['documents']:,} documents, {card['bytes']:,} bytes, "
+             f"{card['tokens']:,} tokens; {card['decontaminated']:,} removed by {card['decontamination']['ngram']}-gram "
+             f"decontamination against `{card['decontamination']['bundle']}`. Build took "
+             f"{card['build_seconds']['total_s']} s.", "",
+             "| source | package | kind | weight | train docs | train MB | train tokens | val docs | val MB "
+             "| val tokens | removed | licence | archive sha256 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in card["sources"].items():
+        pkg = f"{s.get('registry')}: {s.get('package')} {s.get('version', '')}".strip()
+        lines.append(
+            f"| {name} | {pkg} | {s['kind']} | {s['weight']} | {s['train']['documents']:,} | "
+            f"{s['train']['bytes'] / 1e6:.2f} | {s['train']['tokens']:,} | {s['val']['documents']:,} | "
+            f"{s['val']['bytes'] / 1e6:.2f} | {s['val']['tokens']:,} | {s['removed']:,} {s['unit']}s | "
+            f"{s['licence']} | `{s.get('archive_sha256', '-')[:16]}` |")
+    lines += ["", *[f"- {k}: {v}" for k, v in card["notes"].items()], ""]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Downstream evaluation: CORE on the base model, ChatCORE after supervised fine-tuning."""

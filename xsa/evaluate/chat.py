@@ -1,0 +1,200 @@
+"""
+Chat format and ChatCORE: ARC-Easy, ARC-Challenge, MMLU (letter answers), GSM8K (final number of a
+generated answer) and HumanEval (generated code run against its tests).
+
+A conversation is <|bos|>, then per turn <|user_start|> text <|user_end|> or
+<|assistant_start|> text <|assistant_end|>. Training loss falls on the assistant's tokens only
+(its text and the <|assistant_end|> that closes it, so the model learns to stop).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from xsa.evaluate.bundle import read_task_file
+from xsa.evaluate.core import Row, model_scorer, score_rows, subsample
+
+LETTERS = "ABCDEFGHIJ"
+# (label, file under eval_data/, kind, random baseline as a fraction)
+CHAT_TASKS = [
+    ("ARC-Easy", "world_knowledge/arc_easy.jsonl", "letter", 0.25),
+    ("ARC-Challenge", "world_knowledge/arc_challenge.jsonl", "letter", 0.25),
+    ("MMLU", "world_knowledge/mmlu.jsonl", "letter", 0.25),
+    ("GSM8K", "symbolic_problem_solving/gsm8k.jsonl", "gsm8k", 0.0),
+    ("HumanEval", "programming/human_eval.jsonl", "humaneval", 0.0),
+]
+
+
+# -----------------------------------------------------------------------------
+# Chat template
+
+def render_conversation(tokenizer, messages: list[dict], max_len: int | None = None):
+    """(ids, mask): mask[i] = 1 where ids[i] is an assistant token the model should learn."""
+    sp = tokenizer.special_id
+    ids, mask = [tokenizer.bos_id], [0]
+    for m in messages:
+        role = m["role"]
+        if role not in ("user", "assistant"):
+            raise ValueError(f"message role must be user or assistant, got {role!r}")
+        body = tokenizer.encode(m["content"])
+        ids += [sp(f"<|{role}_start|>")] + body + [sp(f"<|{role}_end|>")]
+        learn = int(role == "assistant")
+        mask += [0] + [learn] * (len(body) + 1)
+    if max_len is not None:
+        ids, mask = ids[:max_len], mask[:max_len]
+    return ids, mask
+
+
+def render_prompt(tokenizer, user_text: str) -> list[int]:
+    """A one-question conversation, primed for the assistant's reply."""
+    ids, _ = render_conversation(tokenizer, [{"role": "user", "content": user_text}])
+    return ids + [tokenizer.special_id("<|assistant_start|>")]
+
+
+def letter_question(item: dict) -> str:
+    query = item["query"].removeprefix("Question: ").strip()
+    options = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(item["choices"]))
+    return f"{query}\n\n{options}\n\nAnswer with the letter of the correct option."
+
+
+def gsm8k_question(item: dict) -> str:
+    return item["context"]
+
+
+def gsm8k_reply(item: dict) -> str:
+    """The training-style answer: worked steps (calculator annotations removed), then '#### n'."""
+    steps = re.sub(r"<<[^>]*>>", "", item["chain_of_thought"])
+    return f"{steps}\n#### {item['answer']}"
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def final_number(text: str) -> str | None:
+    """The number after '####' if present, else the last number in the text, without commas."""
+    tail = text.split("####")[-1] if "####" in text else text
+    found = _NUMBER.findall(tail)
+    if not found:
+        return None
+    n = found[-1 if "####" not in text else 0].replace(",", "")
+    return n[:-2] if n.endswith(".0") else n
+
+
+def humaneval_question(item: dict) -> str:
+    return f"Complete this Python function.\n\n```python\n{item['prompt']}```"
+
+
+def extract_code(reply: str) -> str:
+    fenced = re.findall(r"```(?:python)?\n(.*?)```", reply, re.S)
+    return fenced[0] if fenced else reply
+
+
+def humaneval_program(item: dict, reply: str) -> str:
+    code = extract_code(reply)
+    if f"def {item['entry_point']}" not in code:  # a body only: continue the given signature
+        code = item["prompt"] + code
+    else:  # a whole function: keep the prompt's imports and helpers in front
+        code = item["prompt"] + "\n    pass\n\n" + code
+    return f"{code}\n\n{item['test']}\n\ncheck({item['entry_point']})\n"
+
+
+# -----------------------------------------------------------------------------
+# Running untrusted generated code
+
+def _limits(memory_bytes: int, cpu_seconds: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def run_program(code: str, timeout: float = 5.0, memory_mb: int = 512) -> tuple[bool, str]:
+    """Run `code` in a fresh isolated interpreter in an empty folder -> (passed, status).
+
+    Wall-clock timeout (the process group is killed), CPU-time and address-space limits, no
+    inherited environment. Not a security sandbox: it stops runaway loops and allocations.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "program.py"
+        path.write_text(code)
+        proc = subprocess.Popen([sys.executable, "-I", str(path)], cwd=tmp, env={},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                preexec_fn=_limits(memory_mb << 20, int(timeout) + 1),
+                                start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # kill the whole group: the program may have forked
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return False, "timeout"
+    if proc.returncode == 0:
+        return True, "passed"
+    last = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+    return False, last[0][:200]
+
+
+# -----------------------------------------------------------------------------
+# Evaluation
+
+def generate_reply(model, tokenizer, prompt: list[int], max_tokens: int, max_len: int) -> str:
+    stop = {tokenizer.special_id("<|assistant_end|>"), tokenizer.bos_id}
+    max_tokens = min(max_tokens, max_len // 2)
+    prompt = prompt[-(max_len - max_tokens):]  # prompt + reply must fit the model's context
+    out = []
+    for tok in model.generate(prompt, max_tokens=max_tokens, temperature=0.0):
+        if tok in stop:
+            break
+        out.append(tok)
+    return tokenizer.decode(out)
+
+
+def eval_letters(model, tokenizer, items: list[dict], max_len: int, device) -> list[bool]:
+    """Pick the choice letter the model rates most likely right after <|assistant_start|>:
+    one row per question, each letter scored at its last position, batched like CORE rows."""
+    letter_ids = [tokenizer.encode(c)[0] for c in LETTERS]
+    rows = []
+    for i, item in enumerate(items):
+        prompt = render_prompt(tokenizer, letter_question(item))[-max_len:]
+        k = len(item["choices"])
+        rows.append(Row(i, prompt, [len(prompt) - 1] * k, letter_ids[:k], list(range(k))))
+    n_options = max(len(it["choices"]) for it in items)
+    mean_loss, _ = score_rows(rows, len(items), n_options, model_scorer(model), tokenizer.bos_id, device)
+    return [p == it["gold"] for p, it in zip(mean_loss.argmin(dim=1).tolist(), items)]
+
+
+def evaluate_chatcore(model, tokenizer, bundle: Path, max_len: int, device="cpu",
+                      max_per_task: int | None = None, gen_tokens: int = 256) -> dict:
+    tasks, missing = {}, []
+    for label, rel, kind, baseline in tqdm(CHAT_TASKS, desc="ChatCORE", unit="task"):
+        path = Path(bundle) / "eval_data" / rel
+        if not path.is_file():
+            missing.append(label)
+            continue
+        pool = read_task_file(path)
+        items = [pool[i] for i in subsample(len(pool), max_per_task)]
+        if kind == "letter":
+            correct = eval_letters(model, tokenizer, items, max_len, device)
+        elif kind == "gsm8k":
+            correct = [final_number(generate_reply(model, tokenizer, render_prompt(tokenizer, gsm8k_question(it)),
+                                                   gen_tokens, max_len)) == final_number(it["answer"])
+                       for it in tqdm(items, desc=label, leave=False)]
+        else:
+            correct = [run_program(humaneval_program(it, generate_reply(
+                model, tokenizer, render_prompt(tokenizer, humaneval_question(it)), gen_tokens, max_len)))[0]
+                for it in tqdm(items, desc=label, leave=False)]
+        acc = sum(correct) / len(correct)
+        tasks[label] = {"n": len(correct), "accuracy": acc, "centered": (acc - baseline) / (1 - baseline)}
+    chatcore = sum(t["centered"] for t in tasks.values()) / len(tasks) if tasks else float("nan")
+    return {"chatcore": chatcore, "tasks": tasks, "missing": missing, "max_per_task": max_per_task,
+            "gen_tokens": gen_tokens}
