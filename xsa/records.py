@@ -20,7 +20,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -29,6 +29,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes files private; records are meant to be read
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -37,7 +38,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_text(path, text: str) -> None:
-    _atomic_write_bytes(Path(path), text.encode("utf-8"))
+    atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
 def atomic_write_json(path, obj: Any) -> None:
@@ -50,7 +51,7 @@ def atomic_torch_save(path, obj: Any) -> None:
     import torch
     buf = io.BytesIO()
     torch.save(obj, buf)
-    _atomic_write_bytes(Path(path), buf.getvalue())
+    atomic_write_bytes(Path(path), buf.getvalue())
 
 
 def append_jsonl(path, record: dict) -> None:

@@ -1,0 +1,163 @@
+"""The pipeline: skipping by inputs hash, --force, failures, training resume, the paper export,
+and the smoke study end to end (with byte-identical tables and figures when the paper is rebuilt)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from xsa import pipeline
+from xsa.records import REPO_ROOT, atomic_write_json
+from xsa.studies import get_study
+
+KERNEL_META = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+               "language_info": {"name": "python"}}
+
+
+def stub_notebook(folder: Path, name: str, code: str) -> None:
+    params = new_code_cell("strict = True")
+    params.metadata["tags"] = ["parameters"]
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(new_notebook(cells=[params, new_code_cell(code)], metadata=KERNEL_META), folder / name)
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "xsa.pipeline", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def test_skip_force_and_failure(tmp_path):
+    log = tmp_path / "ran.log"
+    good = tmp_path / "good"
+    stub_notebook(good, "00_validation.ipynb", f"open({str(log)!r}, 'a').write('ran\\n')")
+    args = ["--study", "smoke", "--stages", "validation", "--notebooks", str(good),
+            "--results", str(tmp_path / "results"), "--paper", str(tmp_path / "paper")]
+    record = tmp_path / "results" / "executed" / "smoke" / "00_validation.ipynb"
+
+    out = cli(*args)
+    assert out.returncode == 0, out.stderr
+    assert log.read_text() == "ran\n" and record.exists()
+    assert json.loads(record.read_text())["metadata"]["xsa"]["stage"] == "validation"
+
+    out = cli(*args)  # same inputs: skipped
+    assert out.returncode == 0 and "up to date, skipped" in out.stdout
+    assert log.read_text() == "ran\n"
+
+    out = cli(*args, "--force")
+    assert out.returncode == 0 and log.read_text() == "ran\nran\n"
+
+    bad = tmp_path / "bad"
+    stub_notebook(bad, "00_validation.ipynb", "raise RuntimeError('stub stage failure')")
+    out = cli(*[a if a != str(good) else str(bad) for a in args])
+    assert out.returncode == 1
+    assert "stage validation" in out.stderr and str(record) in out.stderr
+    executed = nbformat.read(record, as_version=4)  # the failing notebook is kept, with its error
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors and errors[0].evalue == "stub stage failure"
+    assert "xsa" not in executed.metadata  # not stamped: the next run retries it
+    out = cli(*[a if a != str(good) else str(bad) for a in args])
+    assert out.returncode == 1 and "up to date" not in out.stdout
+
+
+def test_missing_notebook_and_unknown_stage_name_the_stage(tmp_path):
+    out = cli("--study", "smoke", "--stages", "throughput", "--notebooks", str(tmp_path),
+              "--results", str(tmp_path / "r"))
+    assert out.returncode == 1 and "stage throughput" in out.stderr and "04_throughput.ipynb" in out.stderr
+    out = cli("--study", "smoke", "--stages", "trian", "--results", str(tmp_path / "r"))
+    assert out.returncode == 1 and "'trian'" in out.stderr
+    out = cli("--study", "nope", "--results", str(tmp_path / "r"))
+    assert out.returncode == 1 and "'nope'" in out.stderr
+
+
+def test_train_resumes_or_refuses(tmp_path):
+    study = get_study("smoke")
+    ctx = pipeline.Context(study, tmp_path, tmp_path / "paper", REPO_ROOT / "notebooks")
+    job = pipeline.jobs_for("train", ctx)[1]
+    run = study.runs[1]
+    run_dir = Path(job.params["out_dir"])
+    pipeline.prepare_train(job, ctx)  # nothing there yet: a fresh run
+    assert not job.params["resume"] and not job.params["overwrite"]
+    # killed before its first checkpoint: config.json only -> start again
+    atomic_write_json(run_dir / "config.json", {**run.config().to_dict(), "data_dir": "x"})
+    assert not pipeline.is_done(job, ctx)
+    pipeline.prepare_train(job, ctx)
+    assert job.params["overwrite"] and not job.params["resume"]
+    # killed after a checkpoint -> resume
+    job = pipeline.jobs_for("train", ctx)[1]
+    (run_dir / "ckpt").mkdir()
+    (run_dir / "ckpt" / "state.pt").write_bytes(b"")
+    pipeline.prepare_train(job, ctx)
+    assert job.params["resume"] and not job.params["overwrite"]
+    # finished: skipped
+    atomic_write_json(run_dir / "summary.json", {"val_bpb": 1.0})
+    assert pipeline.is_done(job, ctx)
+    # a different config in the folder: refused without --force, replaced with it
+    other = study.runs[0].config().to_dict()
+    atomic_write_json(run_dir / "config.json", {**other, "data_dir": "x"})
+    assert not pipeline.is_done(job, ctx)
+    job = pipeline.jobs_for("train", ctx)[1]
+    with pytest.raises(pipeline.StageError, match="--force"):
+        pipeline.prepare_train(job, ctx)
+    ctx.force = True
+    pipeline.prepare_train(job, ctx)
+    assert job.params["overwrite"] and not job.params["resume"]
+
+
+def test_paper_export_embeds_figures(tmp_path):
+    nbs = tmp_path / "nbs"
+    stub_notebook(nbs, "05_paper.ipynb",
+                  "import io, matplotlib\nfrom matplotlib.figure import Figure\nfrom IPython.display import Image, Markdown, display\n"
+                  "fig = Figure(); fig.add_subplot().plot([1, 2])\n"
+                  "buf = io.BytesIO(); fig.savefig(buf, format='png')\n"
+                  "display(Markdown('# Stub paper'), Image(data=buf.getvalue()))")
+    out = cli("--study", "smoke", "--stages", "paper", "--notebooks", str(nbs),
+              "--results", str(tmp_path / "results"), "--paper", str(tmp_path / "paper"))
+    assert out.returncode == 0, out.stderr
+    html = (tmp_path / "paper" / "paper.html").read_text()
+    assert "data:image/png;base64," in html and "Stub paper" in html
+    md = (tmp_path / "paper" / "paper.md").read_text()
+    assert "Stub paper" in md and "paper_files/" in md
+    if pipeline.pdf_engine():
+        assert (tmp_path / "paper" / "paper.pdf").read_bytes()[:5] == b"%PDF-"
+        assert "PDF engine" in out.stdout
+    else:
+        assert "no PDF" in out.stdout
+
+
+STAGE_NOTEBOOKS = [REPO_ROOT / "notebooks" / n for n in pipeline.NOTEBOOKS.values()]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(p.exists() for p in STAGE_NOTEBOOKS),
+                    reason="the smoke study needs every stage notebook: "
+                    + ", ".join(p.name for p in STAGE_NOTEBOOKS if not p.exists()) + " missing")
+def test_smoke_study_end_to_end(tmp_path):
+    results, paper = tmp_path / "results", tmp_path / "paper"
+    repo_results = sorted((REPO_ROOT / "results").rglob("*"))
+    source = pipeline.source_hash()
+    env = {}
+    bundle = REPO_ROOT.parent / "shared" / "eval_bundle"
+    if bundle.exists():
+        env["XSA_EVAL_BUNDLE"] = str(bundle)
+    out = cli("--study", "smoke", "--results", str(results), "--paper", str(paper), env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    html = (paper / "paper.html").read_text()
+    assert html.count("data:image/png;base64,") >= 6 and "smoke scale" in html and "Zhai" in html
+    for run in get_study("smoke").runs:
+        for name in ("config", "summary", "provenance", "eval", "diagnostics"):
+            assert (results / "runs" / run.run_id / f"{name}.json").exists(), (run.run_id, name)
+    outputs = sorted((results / "tables").iterdir()) + sorted((results / "figures").iterdir())
+    before = {p.name: p.read_bytes() for p in outputs}
+    # everything is up to date: a second run only rebuilds the paper, byte for byte the same
+    out = cli("--study", "smoke", "--results", str(results), "--paper", str(paper), env=env)
+    assert out.returncode == 0, out.stderr
+    # only the paper reruns (and the validation, if the package's code changed meanwhile: never in CI)
+    reruns = 1 + (pipeline.source_hash() != source)
+    assert out.stdout.count(": running") == reruns and "[paper 1/1] smoke: running" in out.stdout, out.stdout
+    assert {p.name: p.read_bytes() for p in outputs} == before
+    assert sorted((REPO_ROOT / "results").rglob("*")) == repo_results, "a stage wrote into the repo's results/"

@@ -1,0 +1,128 @@
+"""Tables, figures and claims from synthetic run records (no training)."""
+
+import math
+
+import pytest
+
+from xsa import report
+from xsa.records import atomic_write_json, append_jsonl
+from xsa.studies import Run, Study
+
+# val bpb per seed: XSA is lower by 0.010, 0.012, 0.008 (paired), so the claim is supported
+BPB = {"base": [1.500, 1.520, 1.490], "xsa1": [1.490, 1.508, 1.482]}
+CORE = {"base": [0.10, 0.12, 0.11], "xsa1": [0.09, 0.13, 0.11]}
+
+
+def write_run(results, run: Run, bpb, core=None, diag=None, chatcore=None):
+    d = results / "runs" / run.run_id
+    cfg = run.config()
+    atomic_write_json(d / "config.json", {**cfg.to_dict(), "data_dir": "/nowhere"})
+    for step in range(0, 4):
+        line = {"step": step, "val_bpb": bpb + 0.1 * (3 - step)} if step % 3 == 0 else {}
+        if step:
+            line.update(step=step, train_loss=3.0 - 0.1 * step + 0.01 * run.seed)
+        append_jsonl(d / "metrics.jsonl", line)
+    atomic_write_json(d / "summary.json", {"val_bpb": bpb, "steps": 3, "tok_per_s": 100.0, "seed": run.seed})
+    atomic_write_json(d / "provenance.json", {"config_hash": cfg.config_hash(), "git_commit": "abc", "seed": run.seed})
+    if core is not None:
+        tasks = {"hellaswag": {"n": 4, "accuracy": 0.5, "centered": core}, "piqa": {"n": 4, "accuracy": 0.6, "centered": core / 2}}
+        ev = {"core": core, "tasks": tasks, "missing": []}
+        if chatcore is not None:
+            ev["chatcore"] = chatcore
+        atomic_write_json(d / "eval.json", ev)
+    if diag is not None:
+        atomic_write_json(d / "diagnostics.json", {"layers": [
+            {"cos_y_v": 0.5, "cos_z_v": 0.0 if run.alpha else 0.5, "diag_mass": diag, "entropy": 1.0},
+            {"cos_y_v": [0.4, 0.6], "cos_z_v": 0.1, "diag_mass": [diag, diag], "entropy": 1.2}]})
+
+
+@pytest.fixture
+def study():
+    runs = tuple(Run("smoke", a, seed=s) for s in range(3) for a in (0.0, 1.0))
+    return Study(name="t", scale="test scale", runs=runs, main_presets=("smoke",))
+
+
+@pytest.fixture
+def results(tmp_path, study):
+    for run in study.runs:
+        v = "base" if run.alpha == 0 else "xsa1"
+        write_run(tmp_path, run, BPB[v][run.seed], CORE[v][run.seed], diag=0.3 if v == "base" else 0.2,
+                  chatcore=0.05)
+    atomic_write_json(tmp_path / "throughput" / "smoke.json", {"baseline_tok_per_s": 1000.0, "xsa_tok_per_s": 990.0,
+                                                               "overhead_ratio": 0.01, "overhead_ci95": [0.0, 0.02],
+                                                               "device": "cpu"})
+    return tmp_path
+
+
+def test_t_critical_matches_tables():
+    for df, t in [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (9, 2.2622), (30, 2.0423)]:
+        assert report.t_critical(df) == pytest.approx(t, abs=1e-4)
+
+
+def test_mean_ci_by_hand():
+    # [1, 2, 4]: mean 7/3; sample sd sqrt(((4/3)^2 + (1/3)^2 + (5/3)^2) / 2) = sqrt(7/3); t(2) = 4.302653
+    ci = report.mean_ci([1.0, 2.0, 4.0])
+    half = 4.302653 * math.sqrt(7 / 3) / math.sqrt(3)
+    assert ci["n"] == 3 and ci["mean"] == pytest.approx(7 / 3)
+    assert ci["lo"] == pytest.approx(7 / 3 - half, abs=1e-5) and ci["hi"] == pytest.approx(7 / 3 + half, abs=1e-5)
+    assert report.mean_ci([2.0]) == dict(n=1, mean=2.0, lo=None, hi=None)
+    assert report.mean_ci([None])["n"] == 0
+
+
+def test_main_table_and_claims(results, study):
+    built = report.build(study, results)
+    main = built["tables"]["main"]
+    ours = {r["arm"]: r for r in main if r["source"] == "ours"}
+    assert ours["baseline"]["n"] == 3 and ours["baseline"]["val_bpb"] == pytest.approx(sum(BPB["base"]) / 3)
+    rel = sum(BPB["xsa1"]) / sum(BPB["base"]) - 1
+    assert ours["XSA a=1"]["val_bpb_rel"] == pytest.approx(rel)
+    theirs = [r for r in main if r["source"].startswith("theirs")]
+    assert [r["val_bpb"] for r in theirs] == [0.8484, 0.8457, 0.7193, 0.7171]
+    assert theirs[3]["chatcore"] == 0.3682 and theirs[1]["chatcore"] is None
+
+    claims = {c["claim"]: c for c in built["tables"]["claims"]}
+    bpb = claims["XSA lowers val bpb at the smaller depth"]
+    diffs = [x - b for x, b in zip(BPB["xsa1"], BPB["base"])]
+    ci = report.mean_ci(diffs)
+    assert bpb["n"] == 3 and bpb["estimate"] == pytest.approx(sum(diffs) / 3) and bpb["verdict"] == "supported"
+    assert bpb["ci95"] == f"[{ci['lo']:.4f}, {ci['hi']:.4f}]"
+    assert claims["XSA lowers Base CORE at the smaller depth"]["verdict"].startswith("cannot decide")
+    assert claims["XSA lowers the diagonal attention mass"]["verdict"] == "supported"
+    assert claims["XSA's runtime overhead is at most about 5%"]["verdict"] == "supported"
+    # no second preset in this study: its claims cannot be decided, and say so
+    assert claims["XSA lowers val bpb at the larger depth"]["n"] == 0
+    assert "**supported**" in report.summary_text(study, built)
+
+
+def test_verdicts():
+    assert report.verdict(dict(n=3, mean=1, lo=0.5, hi=1.5), "lower") == "contradicted"
+    assert report.verdict(dict(n=3, mean=1, lo=0.5, hi=1.5), "higher") == "supported"
+    assert report.verdict(dict(n=1, mean=1, lo=None, hi=None), "higher").startswith("cannot decide")
+
+
+def test_writes_tables_and_figures_deterministically(results, study):
+    report.build(study, results)
+    files = sorted(p for p in (results / "tables").iterdir()) + sorted((results / "figures").iterdir())
+    names = {p.name for p in files}
+    for t in ("main", "claims", "arms", "core_tasks", "diagnostics", "throughput", "runs"):
+        assert {f"{t}.csv", f"{t}.md"} <= names
+    for f in ("train_loss", "val_bpb_curves", "val_bpb_arms", "core_tasks", "diagnostics", "throughput"):
+        assert {f"{f}.png", f"{f}.svg"} <= names
+    first = {p.name: p.read_bytes() for p in files}
+    report.build(study, results)
+    assert {p.name: p.read_bytes() for p in files} == first
+    svg = first["val_bpb_arms.svg"].decode()
+    assert "<dc:date>" not in svg and "Matplotlib v" not in svg
+    assert b"Software" not in first["val_bpb_arms.png"]
+
+
+def test_missing_records_give_na(tmp_path):
+    runs = (Run("smoke", 0.0, seed=0), Run("smoke", 1.0, seed=0))
+    study = Study(name="t", scale="test scale", runs=runs, main_presets=("smoke",))
+    write_run(tmp_path, runs[0], 1.5)  # no eval, no diagnostics; the second run never trained
+    built = report.build(study, tmp_path)
+    ours = [r for r in built["tables"]["main"] if r["source"] == "ours"]
+    assert ours[0]["core"] is None and ours[1]["n"] == 0
+    assert "| n/a |" in (tmp_path / "tables" / "main.md").read_text()
+    assert built["figures"]["core_tasks"] is None and built["figures"]["diagnostics"] is None
+    assert built["figures"]["train_loss"] is not None

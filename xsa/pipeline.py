@@ -1,0 +1,369 @@
+"""
+The paper pipeline: run a study's stage notebooks in order through papermill, then build paper/.
+
+    python -m xsa.pipeline --study default            # the CPU-scale study (make paper)
+    python -m xsa.pipeline --study smoke              # the whole pipeline in minutes (make paper STUDY=smoke)
+    python -m xsa.pipeline --study default --stages train evaluate --force
+
+Stages, in order (the list is data: STAGES): validation, data, train (one notebook per run),
+evaluate and diagnostics (one per run), throughput (one per preset), paper. Each executed notebook
+is kept as the record of its stage under <results>/executed/<study>/. A job is skipped when its
+outputs exist for the same inputs: training compares the config hash in the run record, the other
+stages a hash of their parameters and upstream record stored in the executed notebook. `--force`
+reruns. A half-finished training run resumes from its checkpoint. A failing stage keeps its
+executed notebook (with the error in it) and the pipeline stops with exit status 1, naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xsa.records import REPO_ROOT, atomic_write_text, read_json
+from xsa.studies import Run, Study, get_study
+
+STAGES = ("validation", "data", "train", "evaluate", "diagnostics", "throughput", "paper")
+NOTEBOOKS = {
+    "validation": "00_validation.ipynb",
+    "train": "01_train.ipynb",
+    "evaluate": "02_evaluate.ipynb",
+    "diagnostics": "03_diagnostics.ipynb",
+    "throughput": "04_throughput.ipynb",
+    "paper": "05_paper.ipynb",
+}
+# parameters that name a place on disk: they differ between machines, so they are not inputs
+PATH_PARAMS = {"out_dir", "runs", "out", "results_dir", "bundle", "table_out"}
+
+
+class StageError(RuntimeError):
+    """A stage failed; the message names it and where its executed notebook is."""
+
+
+@dataclass
+class Job:
+    stage: str
+    name: str  # run id, preset, or the study name for study-wide stages
+    params: dict
+    outputs: list[Path]
+    upstream: dict = field(default_factory=dict)  # what else the outputs depend on (hashes)
+    always: bool = False  # the paper is cheap and reads every record: always rebuilt
+
+    def inputs(self) -> str:
+        params = {k: v for k, v in self.params.items() if k not in PATH_PARAMS}
+        blob = json.dumps({"stage": self.stage, "params": params, "upstream": self.upstream},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Context:
+    study: Study
+    results: Path
+    paper: Path
+    notebooks: Path
+    force: bool = False
+
+    def run_dir(self, run: Run) -> Path:
+        return self.results / "runs" / run.run_id
+
+    def record(self, job: Job) -> Path:
+        stem = Path(NOTEBOOKS[job.stage]).stem
+        folder = self.results / "executed" / self.study.name
+        per_study = job.stage in ("validation", "paper")
+        return folder / f"{stem}.ipynb" if per_study else folder / stem / f"{job.name}.ipynb"
+
+
+# -----------------------------------------------------------------------------
+# What each stage runs
+
+# the presentation layer: nothing the validation checks depends on it
+NOT_VALIDATED = {"xsa/pipeline.py", "xsa/report.py", "xsa/studies.py"}
+
+
+def source_hash() -> str:
+    """Hash of the package sources: the validation checks rerun whenever the code they check changes."""
+    h = hashlib.sha256()
+    for path in sorted((REPO_ROOT / "xsa").rglob("*.py")):
+        if path.relative_to(REPO_ROOT).as_posix() in NOT_VALIDATED:
+            continue
+        h.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def notebook_hash(path: Path) -> str | None:
+    """Hash of a notebook's code: a stage whose notebook changed is rerun."""
+    if not path.exists():
+        return None
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    code = "\0".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
+
+
+def recorded_config_hash(run_dir: Path) -> str | None:
+    """The config hash a run folder was trained with (provenance first, else config.json)."""
+    if (run_dir / "provenance.json").exists():
+        return read_json(run_dir / "provenance.json").get("config_hash")
+    if (run_dir / "config.json").exists():
+        from xsa.config import TrainConfig
+        cfg = {k: v for k, v in read_json(run_dir / "config.json").items() if k != "data_dir"}
+        return TrainConfig.from_dict(cfg).config_hash()
+    return None
+
+
+def trained_weights(run_dir: Path) -> str | None:
+    summary = run_dir / "summary.json"
+    return read_json(summary).get("final_weights_sha256") if summary.exists() else None
+
+
+def jobs_for(stage: str, ctx: Context) -> list[Job]:
+    """The jobs of one stage. Built when the stage starts, since they hash what earlier stages wrote."""
+    jobs = _jobs(stage, ctx)
+    if stage != "train":  # training is keyed by its config hash alone, so run records outlive notebook edits
+        code = notebook_hash(ctx.notebooks / NOTEBOOKS[stage])
+        for job in jobs:
+            job.upstream["notebook"] = code
+    return jobs
+
+
+def _jobs(stage: str, ctx: Context) -> list[Job]:
+    s, study_name = ctx.study, ctx.study.name
+    if stage == "validation":
+        return [Job(stage, study_name, dict(s.validation), [], upstream={"source": source_hash()})]
+    if stage == "train":
+        jobs = []
+        for run in s.runs:
+            params = dict(preset=run.preset, alpha=float(run.alpha), xsa_layers=run.xsa_layers,
+                          xsa_value=run.xsa_value, optimizer=run.optimizer, seed=run.seed,
+                          out_dir=str(ctx.run_dir(run)), resume=False, overwrite=False)
+            jobs.append(Job(stage, run.run_id, params, [ctx.run_dir(run) / "summary.json"],
+                            upstream={"config_hash": run.config().config_hash()}))
+        return jobs
+    if stage in ("evaluate", "diagnostics"):
+        jobs = []
+        for run in s.runs:
+            rd = ctx.run_dir(run)
+            beside = ctx.record(Job(stage, run.run_id, {}, [])).with_suffix("")  # per-run extras go beside the record
+            if stage == "evaluate":
+                evals = ["core", "chat"] if run.arm in s.chat_arms else ["core"]
+                params = dict(runs=[str(rd)], bundle=os.environ.get("XSA_EVAL_BUNDLE"), evaluations=evals,
+                              table_out=f"{beside}_tasks", **s.evaluate)
+                out = rd / "eval.json"
+            else:
+                params = dict(runs=[str(rd)], out_dir=f"{beside}_figures", **s.diagnostics)
+                out = rd / "diagnostics.json"
+            jobs.append(Job(stage, run.run_id, params, [out],
+                            upstream={"config_hash": run.config().config_hash(), "weights": trained_weights(rd)}))
+        return jobs
+    if stage == "throughput":
+        opts = {k: v for k, v in s.throughput.items() if k != "presets"}
+        jobs = []
+        for p in s.throughput.get("presets", []):
+            out = ctx.results / "throughput" / f"{p}.json"
+            figures = ctx.record(Job(stage, p, {}, [])).with_suffix("")
+            jobs.append(Job(stage, p, dict(preset=p, out=str(out), out_dir=f"{figures}_figures", **opts), [out]))
+        return jobs
+    if stage == "paper":
+        return [Job(stage, study_name, dict(study=study_name, results_dir=str(ctx.results)), [], always=True)]
+    raise ValueError(f"stage: unknown stage {stage!r} (choose from {', '.join(STAGES)})")
+
+
+# -----------------------------------------------------------------------------
+# Skipping, running, recording
+
+def recorded_inputs(job: Job, ctx: Context) -> str | None:
+    if job.stage == "train":  # the run record itself says what it was trained with
+        return recorded_config_hash(Path(job.params["out_dir"]))
+    record = ctx.record(job)
+    if not record.exists():
+        return None
+    return json.loads(record.read_text()).get("metadata", {}).get("xsa", {}).get("inputs")
+
+
+def expected_inputs(job: Job) -> str:
+    return job.upstream["config_hash"] if job.stage == "train" else job.inputs()
+
+
+def is_done(job: Job, ctx: Context) -> bool:
+    if job.always or ctx.force or not all(p.exists() for p in job.outputs):
+        return False
+    return recorded_inputs(job, ctx) == expected_inputs(job)
+
+
+def prepare_train(job: Job, ctx: Context) -> None:
+    """Resume an interrupted run of the same config; refuse to replace a different one without --force."""
+    run_dir = Path(job.params["out_dir"])
+    recorded = recorded_config_hash(run_dir)
+    if recorded is None:
+        return
+    if ctx.force:
+        job.params["overwrite"] = True
+    elif recorded == expected_inputs(job):  # config.json without summary.json: a killed run
+        from xsa.checkpoint import state_path
+        if state_path(run_dir).exists():
+            job.params["resume"] = True
+        else:  # killed before its first checkpoint: nothing to keep, start it again
+            job.params["overwrite"] = True
+    else:
+        raise StageError(f"stage train ({job.name}): {run_dir} holds a run with config hash {recorded}, "
+                         f"the study asks for {expected_inputs(job)}; rerun with --force to replace it")
+
+
+def execute(job: Job, ctx: Context) -> Path:
+    """Run the job's notebook with papermill; stamp the executed copy with the job's inputs."""
+    import nbformat
+    import papermill as pm
+
+    notebook = ctx.notebooks / NOTEBOOKS[job.stage]
+    if not notebook.exists():
+        raise StageError(f"stage {job.stage}: notebook {notebook} does not exist "
+                         f"(choose the stages to run with --stages)")
+    record = ctx.record(job)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pm.execute_notebook(str(notebook), str(record), parameters=job.params, kernel_name="python3",
+                            cwd=str(REPO_ROOT), progress_bar=False, log_output=False)
+    except Exception as e:  # papermill saved the notebook with the failing cell before raising
+        msg = str(e).strip().splitlines()
+        raise StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
+                         + "\n  ".join(msg[-6:])) from None
+    nb = nbformat.read(str(record), as_version=4)
+    nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": expected_inputs(job)}
+    atomic_write_text(record, nbformat.writes(nb))
+    return record
+
+
+def run_data(ctx: Context, stages) -> None:
+    """Build (or find) the study's data, unless every run that reads it is already up to date:
+    a fresh clone with committed records rebuilds the paper without building the corpus."""
+    readers = [s for s in ("train", "evaluate", "diagnostics") if s in stages]
+    if not ctx.force and all(is_done(job, ctx) for s in readers for job in jobs_for(s, ctx)):
+        print("[data] every run that reads the data is up to date: not needed", flush=True)
+        return
+    from xsa.data import ensure_data
+    for subset in ctx.study.data_subsets():
+        t0 = time.time()
+        try:
+            path = ensure_data(subset)
+        except Exception as e:
+            raise StageError(f"stage data (subset {subset!r}) failed: {type(e).__name__}: {e}") from None
+        print(f"[data] {subset}: {path} ({time.time() - t0:.0f} s)", flush=True)
+
+
+def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
+    if stage == "data":
+        run_data(ctx, stages)
+        return None
+    jobs, last = jobs_for(stage, ctx), None
+    for i, job in enumerate(jobs, 1):
+        tag = f"[{stage} {i}/{len(jobs)}] {job.name}"
+        if is_done(job, ctx):
+            print(f"{tag}: up to date, skipped", flush=True)
+            last = ctx.record(job)
+            continue
+        if stage == "train":
+            prepare_train(job, ctx)
+        how = " (resuming)" if job.params.get("resume") else ""
+        print(f"{tag}: running{how} -> {ctx.record(job)}", flush=True)
+        t0 = time.time()
+        last = execute(job, ctx)
+        print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
+    return last
+
+
+# -----------------------------------------------------------------------------
+# The paper: nbconvert of the executed 05_paper notebook
+
+def pdf_engine() -> str | None:
+    if shutil.which("chromium"):
+        return "chromium"
+    if shutil.which("pandoc") and shutil.which("xelatex"):
+        return "xelatex"
+    return None
+
+
+def export_paper(executed: Path, paper_dir: Path) -> dict:
+    """paper.html (self-contained: figures embedded), paper.md, and paper.pdf where an engine exists."""
+    import nbformat
+    from nbconvert import HTMLExporter, MarkdownExporter
+    from xsa.records import atomic_write_bytes
+
+    nb = nbformat.read(str(executed), as_version=4)
+    paper_dir.mkdir(parents=True, exist_ok=True)
+    opts = dict(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    html, _ = HTMLExporter(embed_images=True, **opts).from_notebook_node(nb)
+    atomic_write_text(paper_dir / "paper.html", html)
+    md, res = MarkdownExporter(**opts).from_notebook_node(nb, resources={"output_files_dir": "paper_files"})
+    atomic_write_text(paper_dir / "paper.md", md)
+    for name, data in res.get("outputs", {}).items():  # figures referenced by paper.md
+        atomic_write_bytes(paper_dir / name, data)
+    out = {"html": paper_dir / "paper.html", "md": paper_dir / "paper.md", "pdf": None, "pdf_engine": None}
+    engine = pdf_engine()
+    if engine == "chromium":
+        pdf = paper_dir / "paper.pdf"
+        cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-pdf-header-footer",
+               f"--print-to-pdf={pdf}", (paper_dir / "paper.html").resolve().as_uri()]
+        ok = subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0 and pdf.exists()
+        out.update(pdf=pdf if ok else None, pdf_engine="chromium (headless print)" if ok else None)
+    elif engine == "xelatex":
+        from nbconvert import PDFExporter
+        data, _ = PDFExporter(**opts).from_notebook_node(nb)
+        atomic_write_bytes(paper_dir / "paper.pdf", data)
+        out.update(pdf=paper_dir / "paper.pdf", pdf_engine="pandoc + xelatex")
+    return out
+
+
+# -----------------------------------------------------------------------------
+
+def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
+                 force: bool = False) -> dict:
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
+    ctx = Context(get_study(study), Path(results).resolve(), Path(paper).resolve(),
+                  Path(notebooks or REPO_ROOT / "notebooks").resolve(), force)
+    print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}", flush=True)
+    paper_nb = None
+    for stage in [s for s in STAGES if s in stages]:  # always in pipeline order
+        record = run_stage(stage, ctx, stages)
+        if stage == "paper":
+            paper_nb = record
+    if paper_nb is None:
+        return {}
+    out = export_paper(paper_nb, ctx.paper)
+    print(f"paper: {out['html']}\n       {out['md']}")
+    if out["pdf"]:
+        print(f"       {out['pdf']} (PDF engine: {out['pdf_engine']})")
+    else:
+        print("       no PDF: no engine found (apt-get install chromium, or pandoc and texlive-xetex)")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xsa.pipeline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--study", default="default", help="study to run (smoke, default, gpu); see xsa/studies.py")
+    p.add_argument("--stages", nargs="+", default=list(STAGES), metavar="STAGE",
+                   help=f"stages to run, a subset of: {' '.join(STAGES)} (default: all)")
+    p.add_argument("--force", action="store_true", help="rerun stages even when their outputs are up to date")
+    p.add_argument("--results", default=str(REPO_ROOT / "results"), help="results folder (default: results/)")
+    p.add_argument("--paper", default=str(REPO_ROOT / "paper"), help="where the paper goes (default: paper/)")
+    p.add_argument("--notebooks", default=None, help="folder of the stage notebooks (default: notebooks/)")
+    args = p.parse_args(argv)
+    try:
+        run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force)
+    except (StageError, ValueError) as e:
+        print(f"pipeline stopped: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
