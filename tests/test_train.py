@@ -1,0 +1,293 @@
+"""The training loop (xsa/train.py), checkpoints (xsa/checkpoint.py) and bits per byte (xsa/bpb.py):
+checks (e), (g), (h), (i) of the validation stage, plus bad-input errors. All on the smoke preset."""
+
+import hashlib
+import json
+import math
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import xsa.model
+from xsa import checkpoint
+from xsa.config import ConfigError, make_config
+from xsa.records import read_json, read_jsonl
+from xsa.train import EMA_BETA, TrainingDiverged, lr_multiplier, main, muon_momentum, train
+
+# evals and checkpoints only at the end unless a test asks, to keep runs short
+QUIET = dict(eval_every=1000, checkpoint_every=1000)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Smoke-sized matmuls gain nothing from threads, and on a busy machine a thread waiting for
+    a descheduled peer makes every op slow; one thread keeps these tests fast everywhere."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def smoke_data():
+    """The smoke data dir, built once (from the registries) and shared by every test."""
+    from xsa.data import ensure_data
+    return ensure_data("smoke")
+
+
+def run(cfg, out, data, **kw):
+    return train(cfg, out, data_dir=data, progress=False, **kw)
+
+
+def losses(out) -> list[float]:
+    return [r["train_loss"] for r in read_jsonl(Path(out) / "metrics.jsonl") if "train_loss" in r]
+
+
+def files_digest(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# -----------------------------------------------------------------------------
+# (e) baseline == alpha 0 through the XSA formula, step by step
+
+def xsa_formula(y, v, alpha, eps=xsa.model.XSA_EPS):
+    """The XSA formula written out plainly (GQA by repeat_interleave), with no alpha == 0 shortcut."""
+    v = v.repeat_interleave(y.size(2) // v.size(2), dim=2)
+    coef = (y * v).sum(-1, keepdim=True) / ((v * v).sum(-1, keepdim=True) + eps)
+    return y - alpha * coef * v
+
+
+def test_alpha0_training_matches_baseline(smoke_data, tmp_path, monkeypatch):
+    cfg = make_config("smoke", num_tokens=50 * 4 * 64, **QUIET)
+    base = run(cfg, tmp_path / "base", smoke_data)
+    # the alpha-0 arm: every layer runs the full formula (z = y - 0 * coef * v), no shortcut
+    calls = []
+
+    def formula_counted(y, v, alpha, eps=xsa.model.XSA_EPS):
+        calls.append(alpha)
+        return xsa_formula(y, v, alpha, eps)
+    monkeypatch.setattr(xsa.model, "xsa_project", formula_counted)
+    zero = run(make_config("smoke", num_tokens=50 * 4 * 64, xsa_alpha=0.0, xsa_layers="all", **QUIET),
+               tmp_path / "alpha0", smoke_data)
+    # the sensitivity of the comparison: alpha = 1 must move the losses by far more than 1e-5
+    n_calls = len(calls)
+    one = run(make_config("smoke", num_tokens=50 * 4 * 64, xsa_alpha=1.0, **QUIET), tmp_path / "alpha1", smoke_data)
+    a, b, c = losses(tmp_path / "base"), losses(tmp_path / "alpha0"), losses(tmp_path / "alpha1")
+    assert len(a) == len(b) == 50
+    assert n_calls >= 50 * cfg.model.n_layer and set(calls[:n_calls]) == {0.0}
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
+    assert max(abs(x - y) for x, y in zip(a, c)) > 1e-3
+    assert base["steps"] == zero["steps"] == one["steps"] == 50
+
+
+# -----------------------------------------------------------------------------
+# (g) kill and resume ends bit-identical
+
+def test_killed_and_resumed_run_is_bit_identical(smoke_data, tmp_path, monkeypatch):
+    cfg = make_config("smoke", eval_every=10, checkpoint_every=10)
+    full = run(cfg, tmp_path / "full", smoke_data)
+
+    # kill the second run during update 17: its last checkpoint is step 10, its log reaches step 16
+    from xsa.data.loader import TokenLoader
+    orig_get = TokenLoader.get
+
+    def get_or_die(self, step, micro):
+        if step == 16:
+            raise KeyboardInterrupt("simulated kill")
+        return orig_get(self, step, micro)
+    monkeypatch.setattr(TokenLoader, "get", get_or_die)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "killed", smoke_data)
+    assert max(r["step"] for r in read_jsonl(tmp_path / "killed" / "metrics.jsonl")) == 16
+    assert not (tmp_path / "killed" / "summary.json").exists()
+    monkeypatch.setattr(TokenLoader, "get", orig_get)
+
+    resumed = run(cfg, tmp_path / "killed", smoke_data, resume=True)
+    assert resumed["final_weights_sha256"] == full["final_weights_sha256"]
+    assert resumed["steps"] == full["steps"] == cfg.num_iterations
+    # the log is the uninterrupted one: each step once, the same losses bit for bit
+    assert [r["step"] for r in read_jsonl(tmp_path / "killed" / "metrics.jsonl")] == list(range(0, 31))
+    assert losses(tmp_path / "killed") == losses(tmp_path / "full")
+
+
+def test_max_steps_then_resume_is_bit_identical(smoke_data, tmp_path):
+    cfg = make_config("smoke", **QUIET)
+    full = run(cfg, tmp_path / "full", smoke_data)
+    part = run(cfg, tmp_path / "part", smoke_data, max_steps=7)
+    assert part["steps"] == 7 and not part["complete"]
+    done = run(cfg, tmp_path / "part", smoke_data, resume=True)
+    assert done["complete"] and done["final_weights_sha256"] == full["final_weights_sha256"]
+
+
+# -----------------------------------------------------------------------------
+# (h) 2 DDP processes (gloo) == 1 process with 2 micro-batches
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank, world, port, out, data):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)  # two processes share the cores
+    cfg = make_config("smoke", total_batch_size=2 * 4 * 64, **QUIET)
+    train(cfg, out, data_dir=data, max_steps=8, progress=False, device="cpu")
+
+
+def test_ddp_matches_gradient_accumulation(smoke_data, tmp_path):
+    cfg = make_config("smoke", total_batch_size=2 * 4 * 64, **QUIET)
+    single = run(cfg, tmp_path / "single", smoke_data, max_steps=8)
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path / "ddp"), str(smoke_data)), nprocs=2)
+    ddp = read_json(tmp_path / "ddp" / "summary.json")
+    assert ddp["world_size"] == 2 and ddp["steps"] == single["steps"] == 8
+    a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
+    # halving is exact in floating point, so (g1 + g2) / 2 over ranks and g1 / 2 + g2 / 2 over
+    # micro-batches agree to the bit here; the tolerance only allows for other reduction orders
+    assert len(a) == len(b) == 8
+    assert max(abs(x - y) for x, y in zip(a, b)) < 1e-6
+    assert abs(ddp["val_bpb"] - single["val_bpb"]) < 1e-6
+    wa = torch.load(tmp_path / "single" / "ckpt" / "model.pt", weights_only=True)["model"]
+    wb = torch.load(tmp_path / "ddp" / "ckpt" / "model.pt", weights_only=True)["model"]
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-6
+
+
+# -----------------------------------------------------------------------------
+# (i) the logged EMA, the step convention, the run records
+
+def test_metrics_ema_and_step_convention(smoke_data, tmp_path):
+    cfg = make_config("smoke", eval_every=10)
+    summary = run(cfg, tmp_path / "r", smoke_data)
+    rows = read_jsonl(tmp_path / "r" / "metrics.jsonl")
+    assert rows[0] == {"step": 0, "val_bpb": rows[0]["val_bpb"]}  # step 0: the initial model's val bpb only
+    train_rows = [r for r in rows if "train_loss" in r]
+    assert train_rows[0]["step"] == 1 and [r["step"] for r in train_rows] == list(range(1, 31))
+    ema = 0.0
+    for r in train_rows:
+        ema = EMA_BETA * ema + (1 - EMA_BETA) * r["train_loss"]
+        assert r["train_loss_ema"] == pytest.approx(ema / (1 - EMA_BETA ** r["step"]), rel=1e-12)
+    assert train_rows[0]["train_loss_ema"] == pytest.approx(train_rows[0]["train_loss"], rel=1e-12)
+    assert [r["step"] for r in rows if "val_bpb" in r] == [0, 10, 20, 30]
+    assert rows[-1]["val_bpb"] < rows[0]["val_bpb"]  # it learns
+    assert all(r["tok_per_s"] > 0 and r["mfu"] > 0 for r in train_rows)
+    for key in ("val_bpb", "steps", "tokens", "tok_per_s", "seed", "preset", "xsa_alpha", "xsa_layers",
+                "xsa_value", "optimizer", "final_weights_sha256", "train_loss_final", "wall_time_s"):
+        assert key in summary
+    assert summary["tokens"] == 30 * cfg.total_batch_size and summary["train_loss_final"] == train_rows[-1]["train_loss"]
+    assert read_json(tmp_path / "r" / "summary.json") == json.loads(json.dumps(summary))
+    assert read_json(tmp_path / "r" / "provenance.json")["config_hash"] == cfg.config_hash()
+    assert read_json(tmp_path / "r" / "config.json")["data_dir"] == str(smoke_data)
+    # the final weights' hash is the hash of the saved model
+    model, tok, cfg2 = checkpoint.load_model(tmp_path / "r")
+    assert cfg2 == cfg and tok.vocab_size == cfg.model.vocab_size
+    assert checkpoint.weights_sha256(model.state_dict()) == summary["final_weights_sha256"]
+
+
+def test_schedules():
+    cfg = make_config("cpu-d4", warmup_ratio=0.1, warmdown_ratio=0.4, final_lr_frac=0.1)
+    n = cfg.num_iterations
+    assert lr_multiplier(0, cfg) == pytest.approx(1 / round(0.1 * n))
+    assert lr_multiplier(n // 2, cfg) == 1.0
+    assert lr_multiplier(n, cfg) == pytest.approx(0.1)
+    assert muon_momentum(0, cfg) == 0.85 and muon_momentum(10**6, cfg) == cfg.muon_momentum
+
+
+def test_evaluate_bpb_counts_bytes_not_specials():
+    from xsa.bpb import evaluate_bpb
+
+    class Uniform(torch.nn.Module):  # loss ln(V) nats on every token
+        def forward(self, x, y, loss_reduction="mean"):
+            return torch.full(y.shape, math.log(4.0)) * (y >= 0)
+    token_bytes = torch.tensor([0, 1, 2, 1])  # token 0 is special
+    y = torch.tensor([[0, 1, 2, 3, -1]])
+    bpb = evaluate_bpb(Uniform(), [(y, y)], token_bytes)
+    assert bpb == pytest.approx(3 * 2.0 / 4)  # 3 scored tokens x 2 bits over 4 bytes
+
+
+# -----------------------------------------------------------------------------
+# Guards and bad input: each error names the field, nothing is overwritten
+
+def test_nan_guard_keeps_last_good_checkpoint(smoke_data, tmp_path, monkeypatch):
+    orig = xsa.model.GPT.forward
+    calls = {"n": 0}
+
+    def poisoned(self, idx, targets=None, **kw):
+        out = orig(self, idx, targets, **kw)
+        if self.training and targets is not None:
+            calls["n"] += 1
+            if calls["n"] > 5:
+                return out * float("nan")
+        return out
+    monkeypatch.setattr(xsa.model.GPT, "forward", poisoned)
+    cfg = make_config("smoke", eval_every=1000, checkpoint_every=5)
+    with pytest.raises(TrainingDiverged, match="step 6"):
+        run(cfg, tmp_path / "r", smoke_data)
+    state = torch.load(checkpoint.state_path(tmp_path / "r"), weights_only=True)
+    assert state["step"] == 5 and all(t.isfinite().all() for t in state["model"].values())
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--alpha", "1.5"], "xsa_alpha"),
+    (["--alpha", "1", "--xsa-layers", "middle:2"], "xsa_layers"),
+    (["--alpha", "1", "--xsa-layers", "5"], "xsa_layers"),
+    (["--preset", "d13"], "preset"),
+])
+def test_cli_bad_input_names_the_field(args, field, tmp_path, capsys):
+    argv = ["--preset", "smoke", "--out", str(tmp_path / "r")] + args
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code != 0 and field in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_model_shapes_name_the_field():
+    with pytest.raises(ConfigError, match="n_embd"):
+        make_config("smoke", n_embd=64, n_head=3)
+    model = xsa.model.GPT(make_config("smoke").model)
+    with pytest.raises(ConfigError, match="sequence_len"):
+        model(torch.zeros(1, model.rotary_len + 1, dtype=torch.long))
+
+
+def test_existing_folder_resume_mismatch_and_vocab(smoke_data, tmp_path, monkeypatch):
+    cfg = make_config("smoke", **QUIET)
+    out = tmp_path / "r"
+    run(cfg, out, smoke_data, max_steps=3)
+    before = files_digest(out)
+    with pytest.raises(FileExistsError, match="out"):
+        run(cfg, out, smoke_data)
+    with pytest.raises(ConfigError, match="seed"):
+        run(make_config("smoke", seed=1, **QUIET), out, smoke_data, resume=True)
+    with pytest.raises(FileNotFoundError, match="resume"):
+        run(cfg, tmp_path / "nothing", smoke_data, resume=True)
+    from xsa.data.tokenizer import Tokenizer
+
+    class Wrong:
+        vocab_size = 4096
+    monkeypatch.setattr(Tokenizer, "from_data_dir", classmethod(lambda cls, d: Wrong()))
+    with pytest.raises(ConfigError, match="vocab_size"):
+        run(cfg, out, smoke_data, resume=True)
+    with pytest.raises(ConfigError, match="vocab_size"):
+        checkpoint.load_model(out)
+    assert files_digest(out) == before  # nothing was touched
+    monkeypatch.undo()
+    # --overwrite replaces the run
+    s = run(cfg, out, smoke_data, overwrite=True, max_steps=2)
+    assert s["steps"] == 2
+
+
+def test_corrupt_checkpoint_names_the_file(smoke_data, tmp_path):
+    cfg = make_config("smoke", **QUIET)
+    out = tmp_path / "r"
+    run(cfg, out, smoke_data, max_steps=2)
+    for path in (checkpoint.model_path(out), checkpoint.state_path(out)):
+        path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ValueError, match="model.pt"):
+        checkpoint.load_model(out)
+    with pytest.raises(ValueError, match="state.pt"):
+        run(cfg, out, smoke_data, resume=True)

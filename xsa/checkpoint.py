@@ -1,0 +1,153 @@
+"""
+Checkpoints of a run folder, and loading a trained model back for evaluation.
+
+RUN_DIR/ckpt/state.pt   everything needed to continue bit-exactly: model and optimizer states, the
+                        step (the data loader is a pure function of it), the loop's running values
+                        (loss EMA, timers, last val bpb) and every RNG state (python, numpy, torch, cuda).
+RUN_DIR/ckpt/model.pt   the model weights alone, with the config, for evaluation and diagnostics.
+Both are written atomically (xsa.records), so a killed run leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from xsa.config import ConfigError, TrainConfig
+from xsa.records import atomic_torch_save, read_json
+
+
+def state_path(run_dir) -> Path:
+    return Path(run_dir) / "ckpt" / "state.pt"
+
+
+def model_path(run_dir) -> Path:
+    return Path(run_dir) / "ckpt" / "model.pt"
+
+
+def weights_sha256(state_dict: dict) -> str:
+    """sha256 over the names and raw bytes of every tensor, in sorted name order (device-independent)."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().cpu().contiguous().reshape(-1)
+        h.update(name.encode())
+        h.update(str(t.dtype).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _load(path: Path) -> dict:
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: checkpoint not found")
+    try:
+        # weights_only: a checkpoint is data, never code to run
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises several types for truncated or garbled files
+        raise ValueError(f"{path}: corrupt or unreadable checkpoint ({type(e).__name__}: {e})") from None
+
+
+# -----------------------------------------------------------------------------
+# RNG states (numpy's key array stored as a tensor so that loading needs no pickled objects)
+
+def _rng_state() -> dict:
+    np_state = np.random.get_state(legacy=False)
+    np_state["state"]["key"] = torch.from_numpy(np_state["state"]["key"].astype(np.int64))
+    state = {"python": random.getstate(), "numpy": np_state, "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np_state = dict(state["numpy"])
+    np_state["state"] = dict(np_state["state"], key=np_state["state"]["key"].numpy().astype(np.uint32))
+    np.random.set_state(np_state)
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -----------------------------------------------------------------------------
+# Training state
+
+def save_training_state(run_dir, *, model, optimizers, step: int, loop_state: dict, config: TrainConfig) -> Path:
+    path = state_path(run_dir)
+    atomic_torch_save(path, {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizers": [opt.state_dict() for opt in optimizers],
+        "loop_state": loop_state,
+        "rng": _rng_state(),
+        "config": config.to_dict(),
+    })
+    return path
+
+
+def load_training_state(run_dir, *, model, optimizers, config: TrainConfig) -> tuple[int, dict]:
+    """Restore model, optimizers and RNGs in place; return (step, loop_state)."""
+    path = state_path(run_dir)
+    state = _load(path)
+    if state.get("config") != config.to_dict():
+        raise ConfigError(f"config: {path} was written by a different training config")
+    try:
+        model.load_state_dict(state["model"])
+        for opt, opt_state in zip(optimizers, state["optimizers"], strict=True):
+            opt.load_state_dict(opt_state)
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise ValueError(f"{path}: does not fit this model/optimizer ({e})") from None
+    _set_rng_state(state["rng"])
+    return state["step"], state["loop_state"]
+
+
+def save_model(run_dir, *, model, config: TrainConfig, step: int) -> Path:
+    path = model_path(run_dir)
+    atomic_torch_save(path, {"model": model.state_dict(), "config": config.to_dict(), "step": step})
+    return path
+
+
+# -----------------------------------------------------------------------------
+# Loading a trained model for evaluation and diagnostics
+
+def load_model(run_dir, device=None):
+    """(model, tokenizer, train_config) of a finished run folder, model in eval mode on `device`.
+
+    Reads RUN_DIR/config.json, RUN_DIR/ckpt/model.pt and the tokenizer of the data dir the run
+    trained on (config.json's data_dir; if that path is gone, the default dir of the same subset).
+    """
+    from xsa.common import autodetect_device
+    from xsa.data import data_dir as default_data_dir
+    from xsa.data.tokenizer import Tokenizer
+    from xsa.model import GPT
+
+    run_dir = Path(run_dir)
+    record = read_json(run_dir / "config.json")
+    saved_data_dir = record.pop("data_dir", None)
+    try:
+        cfg = TrainConfig.from_dict(record)
+    except (TypeError, KeyError) as e:
+        raise ValueError(f"{run_dir / 'config.json'}: not a training config ({e})") from None
+    path = model_path(run_dir)
+    ckpt = _load(path)
+    if ckpt.get("config") != cfg.to_dict():
+        raise ConfigError(f"config: {path} does not belong to {run_dir / 'config.json'}")
+
+    data_dir = Path(saved_data_dir) if saved_data_dir else None
+    if data_dir is None or not (data_dir / "tokenizer").exists():
+        data_dir = default_data_dir(cfg.data)
+    tokenizer = Tokenizer.from_data_dir(data_dir)
+    if tokenizer.vocab_size != cfg.model.vocab_size:
+        raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
+                          f"the checkpoint {path} has {cfg.model.vocab_size}")
+
+    device = autodetect_device(device)
+    model = GPT(cfg.model)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise ValueError(f"{path}: weights do not fit the model of its config ({e})") from None
+    return model.to(device).eval(), tokenizer, cfg
