@@ -1,0 +1,373 @@
+"""
+What XSA costs: step time, tokens/s, memory and MFU of the baseline and the XSA arm, side by side.
+
+Both arms (baseline: alpha = 0; XSA: alpha = 1 at every layer) live in ONE process and take turns,
+one full training step each (forward + backward over the preset's gradient-accumulation micro
+batches + the real optimizer step from xsa.optim), in ABBA order: A B, B A, A B, ... Alternating
+which arm goes first cancels slow drift of the machine (thermal, other load) and any advantage of
+running second. Each round gives a pair (t_base, t_xsa) of step times measured on the same batch.
+
+    overhead_ratio = median(t_xsa) / median(t_base) - 1
+    overhead_ci95  = 2.5 and 97.5 percentiles of that statistic over bootstrap resamples of the
+                     pairs (resampling whole pairs keeps the drift cancellation; fixed seed)
+
+On CPU each step's process CPU time is recorded too, with its own overhead ratio and CI
+(cpu_time_overhead_*): on a shared machine, time spent descheduled while other programs run lands
+in wall time at random and can swamp a small difference; CPU time counts only this process's work.
+Use one thread there (--threads 1) so idle threads spinning in OpenMP barriers do not count as work.
+
+The first `warmup` rounds are discarded (allocator, caches, compilation). Tokens are synthetic
+(throughput does not depend on their values): a copy task, each sequence a random half (Zipf
+distributed tokens) followed by the same half again, so the loss curves recorded along the way
+show both arms learning.
+The learning rate is the optimizer's initial one, constant (no schedule): this is a benchmark.
+
+MFU = flops_per_token (model.estimate_flops(), the baseline's count for both arms) * tokens/s
+      / peak, where peak is a matmul throughput measured here on this device (bf16 on CUDA, fp32
+      on CPU), not a datasheet number. On CPU both are per second of this process's CPU time, so
+      other programs' load does not bend the ratio.
+
+    python -m xsa.throughput --preset cpu-d4 --steps 20 --threads 1     # CPU, on a shared machine
+    python -m xsa.throughput --preset d12 --steps 20                    # GPU (compiled, bf16 autocast)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ARMS = ("baseline", "xsa")
+BOOTSTRAP_RESAMPLES = 5000
+BOOTSTRAP_SEED = 0
+
+
+# -----------------------------------------------------------------------------
+# Device helpers
+
+
+def _sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _clock(device: torch.device) -> float:
+    # on CPU the process's CPU time (immune to other programs' load, see top), on GPUs wall time
+    return time.process_time() if device.type == "cpu" else time.perf_counter()
+
+
+def matmul_peak_flops(device: torch.device, seconds: float = 1.0) -> tuple[float, str]:
+    """Best measured FLOP/s of a square matmul: bf16 n=8192 on CUDA (per wall second), fp32 n=1024
+    on CPU (per CPU second of this process, the same clock as the CPU-time MFU)."""
+    dtype, n = (torch.bfloat16, 8192) if device.type == "cuda" else (torch.float32, 1024)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):  # warm-up (cuBLAS heuristics, CPU caches)
+        a @ b
+    _sync(device)
+    best, t_end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0 = _clock(device)
+        for _ in range(4):
+            a @ b
+        _sync(device)
+        best = max(best, 4 * 2 * n ** 3 / max(_clock(device) - t0, 1e-9))
+    return best, str(dtype).removeprefix("torch.")
+
+
+def peak_rss_bytes() -> int:
+    # ru_maxrss is in KiB on Linux, bytes on macOS
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run with n torch CPU threads (None: leave as is), restoring the previous count after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# -----------------------------------------------------------------------------
+# The two arms
+
+
+def copy_task_batch(gen: torch.Generator, batch: int, seq_len: int, vocab: int, device) -> tuple:
+    """(x, y) of shape (batch, seq_len): a random half, then the same half again (y = x shifted).
+
+    Tokens are drawn from a Zipf law (p_k ~ 1/(k+1)), like word frequencies, so a model first
+    learns the unigram (loss falls from log(vocab) within a few steps) and then the copy.
+    """
+    zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float32)
+    half = torch.multinomial(zipf, batch * ((seq_len + 2) // 2), replacement=True, generator=gen)
+    half = half.view(batch, -1)
+    seq = torch.cat([half, half], dim=1)[:, :seq_len + 1].to(device)
+    return seq[:, :-1], seq[:, 1:]
+
+
+class Arm:
+    """One model with its optimizers, and a full training step on a list of micro batches."""
+
+    def __init__(self, name: str, cfg, device: torch.device, seed: int, compile: bool):
+        from xsa.model import GPT
+        from xsa.optim import build_optimizers
+        self.name, self.cfg, self.device = name, cfg, device
+        torch.manual_seed(seed)  # both arms start from the same weights
+        with torch.device(device):
+            self.model = GPT(cfg.model)
+        self.model.init_weights()
+        self.flops_per_token = self.model.estimate_flops()
+        self.optimizers = build_optimizers(self.model, cfg, world_size=1)
+        self.forward = torch.compile(self.model, dynamic=False) if compile else self.model
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                         else contextlib.nullcontext())
+        self.times, self.cpu_times, self.losses, self.step_mem = [], [], [], []
+
+    def step(self, micro_batches, timed: bool):
+        """One optimizer update; records the loss, and time and memory when `timed`."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            mem0 = torch.cuda.memory_allocated(self.device)
+        _sync(self.device)
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss_sum = torch.zeros((), device=self.device)
+        for x, y in micro_batches:
+            with self.autocast:
+                loss = self.forward(x, y) / len(micro_batches)
+            loss.backward()
+            loss_sum += loss.detach()
+        for opt in self.optimizers:
+            opt.step()
+        self.model.zero_grad(set_to_none=True)
+        _sync(self.device)
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        self.losses.append(loss_sum.item())  # after the clock stops: .item() would sync early
+        if timed:
+            self.times.append(dt)
+            self.cpu_times.append(dc)
+            if cuda:
+                self.step_mem.append(torch.cuda.max_memory_allocated(self.device) - mem0)
+
+
+# -----------------------------------------------------------------------------
+# Statistics
+
+
+def overhead_stats(base: list[float], xsa: list[float]) -> dict:
+    """Overhead ratio of paired step times with a bootstrap 95% CI over resampled pairs."""
+    b, x = np.asarray(base), np.asarray(xsa)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    idx = rng.integers(0, len(b), size=(BOOTSTRAP_RESAMPLES, len(b)))
+    boot = np.median(x[idx], axis=1) / np.median(b[idx], axis=1) - 1
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return {
+        "overhead_ratio": float(np.median(x) / np.median(b) - 1),
+        "overhead_ci95": [float(lo), float(hi)],
+        "paired_ratio_median": float(np.median(x / b) - 1),
+        "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "unit": "pairs of rounds"},
+    }
+
+
+def arm_summary(arm: Arm, tokens_per_step: int, peak_flops: float) -> dict:
+    t = arm.times
+    q1, _, q3 = statistics.quantiles(t, n=4) if len(t) >= 2 else (t[0], t[0], t[0])
+    med = statistics.median(t)
+    tok_per_s = tokens_per_step / med
+    # MFU on the clock the peak was measured with: CPU time on CPU, wall time on GPUs
+    busy = statistics.median(arm.cpu_times) if arm.device.type == "cpu" else med
+    return {
+        "step_time_median_s": med,
+        "step_time_iqr_s": q3 - q1,
+        "step_time_min_s": min(t),
+        "step_time_max_s": max(t),
+        "step_times_s": t,
+        "step_cpu_times_s": arm.cpu_times if arm.device.type == "cpu" else None,
+        "tok_per_s": tok_per_s,
+        "mfu": arm.flops_per_token * tokens_per_step / busy / peak_flops,
+        "peak_step_mem_bytes": max(arm.step_mem) if arm.step_mem else None,
+        "flops_per_token": arm.flops_per_token,
+    }
+
+
+# -----------------------------------------------------------------------------
+
+
+def run_throughput(preset: str, steps: int = 20, warmup: int = 5, train_steps: int = 0,
+                   device: str | None = None, seed: int = 0, compile: bool | None = None,
+                   grad_accum: int | None = None, device_batch_size: int | None = None,
+                   threads: int | None = None, progress: bool = True) -> dict:
+    """Benchmark both arms at `preset`; returns the result record (see module docstring)."""
+    from tqdm import tqdm
+
+    from xsa.common import autodetect_device, device_name
+    from xsa.config import make_config
+    from xsa.records import provenance
+
+    if steps < 1 or warmup < 0 or train_steps < 0:
+        raise ValueError(f"steps ({steps}) must be >= 1, warmup ({warmup}) and train_steps ({train_steps}) >= 0")
+    t_start = time.time()
+    with torch_threads(threads):
+        dev = autodetect_device(device)
+        compile = dev.type == "cuda" if compile is None else compile
+        cfgs = {"baseline": make_config(preset, xsa_alpha=0.0, seed=seed, device_batch_size=device_batch_size),
+                "xsa": make_config(preset, xsa_alpha=1.0, xsa_layers="all", seed=seed,
+                                   device_batch_size=device_batch_size)}
+        cfg = cfgs["baseline"]
+        B, T, V = cfg.device_batch_size, cfg.model.sequence_len, cfg.model.vocab_size
+        accum = grad_accum or cfg.total_batch_size // (B * T)
+        tokens_per_step = accum * B * T
+
+        peak_flops, peak_dtype = matmul_peak_flops(dev)
+        arms = {name: Arm(name, c, dev, seed, compile) for name, c in cfgs.items()}
+        gen = torch.Generator().manual_seed(seed)
+        rounds = warmup + steps + train_steps
+        for r in tqdm(range(rounds), desc=f"throughput {preset}", disable=not progress):
+            micro = [copy_task_batch(gen, B, T, V, dev) for _ in range(accum)]  # the same batch for both arms
+            order = ARMS if r % 2 == 0 else ARMS[::-1]  # ABBA
+            timed = warmup <= r < warmup + steps
+            for name in order:
+                arms[name].step(micro, timed)
+
+        base, xsa = arms["baseline"], arms["xsa"]
+        summaries = {name: arm_summary(arm, tokens_per_step, peak_flops) for name, arm in arms.items()}
+        return {
+            "preset": preset,
+            "device": device_name(dev),
+            "device_type": dev.type,
+            "compiled": compile,
+            "autocast": "bf16" if dev.type == "cuda" else None,
+            "model": dict(cfg.model.__dict__),  # the baseline's; the xsa arm differs only in:
+            "xsa_arm": {"xsa_alpha": 1.0, "xsa_layers": "all", "xsa_value": cfgs["xsa"].model.xsa_value},
+            "device_batch_size": B,
+            "seq_len": T,
+            "grad_accum": accum,
+            "tokens_per_step": tokens_per_step,
+            "warmup_steps": warmup,
+            "measured_steps": steps,
+            "train_steps_extra": train_steps,
+            "order": "ABBA (baseline first on even rounds, xsa first on odd rounds)",
+            "data": "synthetic copy task (Zipf-random half, then the same half), the same batch for both arms",
+            "lr": "initial lr of each param group, constant",
+            "baseline_tok_per_s": summaries["baseline"]["tok_per_s"],
+            "xsa_tok_per_s": summaries["xsa"]["tok_per_s"],
+            "baseline_step_time_median_s": summaries["baseline"]["step_time_median_s"],
+            "xsa_step_time_median_s": summaries["xsa"]["step_time_median_s"],
+            **overhead_stats(base.times, xsa.times),
+            **({f"cpu_time_{k}": v for k, v in overhead_stats(base.cpu_times, xsa.cpu_times).items()}
+               if dev.type == "cpu" else {}),
+            "threads": torch.get_num_threads(),
+            "baseline_mfu": summaries["baseline"]["mfu"],
+            "xsa_mfu": summaries["xsa"]["mfu"],
+            "matmul_peak_flops": peak_flops,
+            "matmul_peak_dtype": peak_dtype,
+            "mfu_clock": "process CPU time" if dev.type == "cpu" else "wall time",
+            "peak_mem_bytes": (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else peak_rss_bytes()),
+            "peak_mem_kind": ("per arm: max over steps of CUDA max_memory_allocated within the step minus "
+                              "allocated at its start; peak_mem_bytes: process total, both arms resident"
+                              if dev.type == "cuda" else
+                              "process peak RSS (both arms resident; no per-arm split on CPU)"),
+            "arms": summaries,
+            "loss_curves": {name: arm.losses for name, arm in arms.items()},
+            "provenance": provenance(config_hash=cfg.config_hash(), seed=seed, device=device_name(dev),
+                                     wall_time_s=round(time.time() - t_start, 3),
+                                     extra={"xsa_config_hash": cfgs["xsa"].config_hash()}),
+        }
+
+
+def _pct(result: dict, key: str) -> str:
+    lo, hi = result[f"{key}_ci95"]
+    return f"{100 * result[f'{key}_ratio']:+.2f}% [{100 * lo:+.2f}, {100 * hi:+.2f}]"
+
+
+def plot_throughput(result: dict, path_stem) -> list[Path]:
+    """Step times of both arms by round (left: drift shows, pairs line up) and their loss curves (right)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for name in ARMS:
+        times, cpu = result["arms"][name]["step_times_s"], result["arms"][name].get("step_cpu_times_s")
+        line, = ax_t.plot(range(len(times)), times, marker="o", ms=3,
+                          label=f"{name} wall (median {statistics.median(times):.3g} s)")
+        if cpu:  # on CPU: the process's own CPU time, immune to other programs' load
+            ax_t.plot(range(len(cpu)), cpu, ls="--", color=line.get_color(),
+                      label=f"{name} CPU time (median {statistics.median(cpu):.3g} s)")
+        ax_l.plot(range(1, len(result["loss_curves"][name]) + 1), result["loss_curves"][name], label=name)
+    title = [f"{result['preset']}: XSA overhead, wall {_pct(result, 'overhead')}"]
+    if "cpu_time_overhead_ratio" in result:
+        title.append(f"CPU time {_pct(result, 'cpu_time_overhead')}")
+    ax_t.set_title("; ".join(title), fontsize=9)
+    ax_t.set_xlabel("measured round")
+    ax_t.set_ylabel("step time (s)")
+    ax_l.set_title("training loss, synthetic copy task", fontsize=9)
+    ax_l.set_xlabel("step")
+    for ax in (ax_t, ax_l):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    stem = Path(path_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
+
+def main(argv=None):
+    from xsa.records import atomic_write_json
+    p = argparse.ArgumentParser(prog="python -m xsa.throughput", description=(
+        "Step time, tokens/s, peak memory and MFU of the baseline and the XSA arm (alpha=1, all "
+        "layers), alternated in one process, with the XSA overhead ratio and a bootstrap 95%% CI."))
+    p.add_argument("--preset", required=True, help="a preset of xsa/config.py (smoke, cpu-d4, cpu-d8, d12, d24)")
+    p.add_argument("--steps", type=int, default=20, help="measured steps per arm after warm-up (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="discarded warm-up steps per arm (default 5)")
+    p.add_argument("--train-steps", type=int, default=0,
+                   help="extra untimed training steps of both arms, to extend the recorded loss curves")
+    p.add_argument("--out", default=None, help="output JSON (default results/throughput/PRESET.json)")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: autodetect)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile both models (default: on for CUDA, off on CPU)")
+    p.add_argument("--grad-accum", type=int, default=None,
+                   help="micro batches per step (default: the preset's total_batch_size / device batch)")
+    p.add_argument("--device-batch-size", type=int, default=None, help="override the preset's device batch")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    args = p.parse_args(argv)
+    from xsa.config import PRESETS
+    if args.preset not in PRESETS:
+        p.error(f"--preset: unknown preset {args.preset!r} (choose from {', '.join(PRESETS)})")
+    if args.steps < 20:
+        print(f"note: --steps {args.steps} < 20; fine for a dry run, too few for a reported number")
+    from xsa.records import REPO_ROOT
+    out = Path(args.out) if args.out else REPO_ROOT / "results" / "throughput" / f"{args.preset}.json"
+    if out.exists() and not args.overwrite:
+        p.error(f"--out: {out} exists (pass --overwrite to replace it)")
+    result = run_throughput(args.preset, steps=args.steps, warmup=args.warmup, train_steps=args.train_steps,
+                            device=args.device, seed=args.seed, compile=args.compile,
+                            grad_accum=args.grad_accum, device_batch_size=args.device_batch_size,
+                            threads=args.threads)
+    atomic_write_json(out, result)
+    lo, hi = result["overhead_ci95"]
+    print(f"{args.preset} on {result['device']}: baseline {result['baseline_tok_per_s']:,.0f} tok/s, "
+          f"xsa {result['xsa_tok_per_s']:,.0f} tok/s, overhead {100 * result['overhead_ratio']:+.2f}% "
+          f"(95% CI {100 * lo:+.2f}% .. {100 * hi:+.2f}%), MFU {100 * result['baseline_mfu']:.1f}%")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
