@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -45,3 +46,41 @@ def cache_dir() -> "os.PathLike":
     """Root of everything downloaded or built (data, tokenizers, eval bundle): $XSA_CACHE or ~/.cache/xsa."""
     from pathlib import Path
     return Path(os.environ.get("XSA_CACHE", Path.home() / ".cache" / "xsa")).expanduser()
+
+
+# -----------------------------------------------------------------------------
+# Device timing: the clocks and the matmul peak that MFU is measured against
+
+
+def sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def clock(device: torch.device) -> float:
+    # on CPU the process's CPU time (immune to other programs' load, see top), on GPUs wall time
+    return time.process_time() if device.type == "cpu" else time.perf_counter()
+
+
+def matmul_peak_flops(device: torch.device, seconds: float = 1.0, wall: bool = False) -> tuple[float, str]:
+    """Best measured FLOP/s of a square matmul: bf16 n=8192 on CUDA, fp32 n=1024 on CPU.
+
+    Per second of `clock` (CPU time of this process on CPU, to compare with a CPU-time MFU), or of
+    wall time with wall=True (to compare with a wall-clock tokens/s, as the training log does).
+    """
+    tick = time.perf_counter if wall else (lambda: clock(device))
+    dtype, n = (torch.bfloat16, 8192) if device.type == "cuda" else (torch.float32, 1024)
+    gen = torch.Generator().manual_seed(0)  # leave the global RNG (and so training) untouched
+    a = torch.randn(n, n, generator=gen).to(device, dtype)
+    b = torch.randn(n, n, generator=gen).to(device, dtype)
+    for _ in range(3):  # warm-up (cuBLAS heuristics, CPU caches)
+        a @ b
+    sync(device)
+    best, t_end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0 = tick()
+        for _ in range(4):
+            a @ b
+        sync(device)
+        best = max(best, 4 * 2 * n ** 3 / max(tick() - t0, 1e-9))
+    return best, str(dtype).removeprefix("torch.")

@@ -192,12 +192,12 @@ PRESETS: dict[str, dict] = {
     "cpu-d4": dict(
         model=dict(sequence_len=512, vocab_size=8192, n_layer=4, n_head=4, n_kv_head=4, n_embd=256),
         data="default", device_batch_size=8, total_batch_size=8 * 512, num_tokens=2**19,
-        eval_every=32, eval_tokens=2**17, checkpoint_every=32, muon_momentum_warmup_steps=40,
+        eval_every=32, eval_tokens=2**16, checkpoint_every=32, muon_momentum_warmup_steps=40,
     ),
     "cpu-d8": dict(
         model=dict(sequence_len=512, vocab_size=8192, n_layer=8, n_head=6, n_kv_head=6, n_embd=384),
         data="default", device_batch_size=8, total_batch_size=8 * 512, num_tokens=2**19,
-        eval_every=32, eval_tokens=2**17, checkpoint_every=32, muon_momentum_warmup_steps=40,
+        eval_every=32, eval_tokens=2**16, checkpoint_every=32, muon_momentum_warmup_steps=40,
     ),
     # GPU presets: the seed paper's depths. Horizon at nanochat's tokens:params ratio of 20
     # (about 20 * 135M ~ 2.7B tokens at d12; 20 * 370M ~ 7.4B at d24, rounded to whole batches).

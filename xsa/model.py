@@ -140,14 +140,16 @@ class CausalSelfAttention(nn.Module):
             else:  # a chunk: the whole cached prefix, then causal within the chunk
                 mask = torch.ones(T, Tk, dtype=torch.bool, device=x.device).tril(diagonal=Tk - T)
                 y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=gqa)
-        y = y.transpose(1, 2)  # (B, T, H, D), a view
+        # (B, T, H, D) in memory: the copy that c_proj's reshape would make anyway, made before XSA so
+        # that y, v and z share one layout and XSA's elementwise ops run as flat loops
+        y = y.transpose(1, 2).contiguous()
         # XSA projects against the token's own value: the new tokens' v, also when decoding
         v_self = v_plain if self.xsa_plain else v
         z = y if self.xsa_alpha is None else xsa_project(y, v_self, self.xsa_alpha)
         if self.capture is not None:
             self.capture.update(q=q.detach(), k=k.detach(), y=y.detach(), z=z.detach(),
                                 v=v_self.detach().transpose(1, 2))
-        return self.c_proj(z.reshape(B, T, C))
+        return self.c_proj(z.view(B, T, C))
 
 
 class MLP(nn.Module):

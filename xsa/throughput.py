@@ -44,42 +44,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from xsa.common import clock, matmul_peak_flops, sync
+
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
 BOOTSTRAP_SEED = 0
-
-
-# -----------------------------------------------------------------------------
-# Device helpers
-
-
-def _sync(device: torch.device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _clock(device: torch.device) -> float:
-    # on CPU the process's CPU time (immune to other programs' load, see top), on GPUs wall time
-    return time.process_time() if device.type == "cpu" else time.perf_counter()
-
-
-def matmul_peak_flops(device: torch.device, seconds: float = 1.0) -> tuple[float, str]:
-    """Best measured FLOP/s of a square matmul: bf16 n=8192 on CUDA (per wall second), fp32 n=1024
-    on CPU (per CPU second of this process, the same clock as the CPU-time MFU)."""
-    dtype, n = (torch.bfloat16, 8192) if device.type == "cuda" else (torch.float32, 1024)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):  # warm-up (cuBLAS heuristics, CPU caches)
-        a @ b
-    _sync(device)
-    best, t_end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < t_end:
-        t0 = _clock(device)
-        for _ in range(4):
-            a @ b
-        _sync(device)
-        best = max(best, 4 * 2 * n ** 3 / max(_clock(device) - t0, 1e-9))
-    return best, str(dtype).removeprefix("torch.")
 
 
 def peak_rss_bytes() -> int:
@@ -141,7 +110,7 @@ class Arm:
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
             mem0 = torch.cuda.memory_allocated(self.device)
-        _sync(self.device)
+        sync(self.device)
         t0, c0 = time.perf_counter(), time.process_time()
         loss_sum = torch.zeros((), device=self.device)
         for x, y in micro_batches:
@@ -152,7 +121,7 @@ class Arm:
         for opt in self.optimizers:
             opt.step()
         self.model.zero_grad(set_to_none=True)
-        _sync(self.device)
+        sync(self.device)
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         self.losses.append(loss_sum.item())  # after the clock stops: .item() would sync early
         if timed:

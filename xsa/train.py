@@ -6,12 +6,13 @@ Train one arm: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on
 
 Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss
 of the batch of update s (computed before that update); the first logged step is 1. Step 0 carries
-only the val bpb of the initial model. Val bpb is measured at step 0, every eval_every steps and at
+only the evaluation of the initial model. Val bpb is measured at step 0, every eval_every steps and at
 the last step of the run.
 
 RUN_DIR/metrics.jsonl has one line per logged step: step, train_loss, train_loss_ema, lr_mult,
-tok_per_s, mfu, and val_bpb on eval steps. train_loss_ema is an EMA (beta 0.9) of every step's
-train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
+tok_per_s, mfu, and on eval steps val_bpb and diag (attention diagnostics per layer on a fixed
+4-row validation batch, see xsa/diagnostics.py). train_loss_ema is an EMA (beta 0.9) of every
+step's train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
 
 Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32, eager) are detected automatically.
 CPU runs resume bit-exactly (at the same thread count): the data loader is a pure function of
@@ -37,8 +38,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from xsa import checkpoint as ckpt
 from xsa.bpb import evaluate_bpb
-from xsa.common import autodetect_device, cache_dir, device_name, dist_info, print0
+from xsa.common import autodetect_device, cache_dir, device_name, dist_info, matmul_peak_flops, print0
 from xsa.config import ConfigError, TrainConfig, make_config
+from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
 from xsa.optim import build_optimizers
 from xsa.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance,
@@ -85,18 +87,6 @@ GPU_PEAK_BF16 = {  # dense bf16 tensor-core FLOP/s from vendor datasheets
 }
 
 
-def _measure_cpu_matmul_flops(n: int = 1024, seconds: float = 0.5) -> float:
-    gen = torch.Generator().manual_seed(0)  # leave the global RNG untouched
-    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
-    a @ b  # warm-up
-    best, t_end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < t_end:
-        t0 = time.perf_counter()
-        a @ b
-        best = max(best, 2 * n**3 / (time.perf_counter() - t0))
-    return best
-
-
 def peak_flops(device: torch.device) -> float | None:
     """The device's peak FLOP/s: a datasheet value for known GPUs; on CPU a measured fp32 matmul
     rate (the fastest any model matmul can run here), cached in cache_dir()/peak_flops.json."""
@@ -113,7 +103,7 @@ def peak_flops(device: torch.device) -> float | None:
     except (OSError, ValueError):
         pass
     if key not in table:
-        table[key] = _measure_cpu_matmul_flops()
+        table[key] = matmul_peak_flops(device, wall=True)[0]
         try:
             atomic_write_text(path, json.dumps(table, indent=2, sort_keys=True) + "\n")
         except OSError:
@@ -265,6 +255,18 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         with autocast:  # each rank takes every world-th batch; evaluate_bpb all-reduces the sums
             return evaluate_bpb(fwd_model, itertools.islice(batches, rank, None, world), token_bytes)
 
+    # attention diagnostics at every evaluation, on a small fixed validation batch (rank 0 only)
+    diag_rows = min(B, 4)
+    diag_x = next(iter(val_batches(data_dir, batch_size=diag_rows, seq_len=T, max_tokens=diag_rows * T,
+                                   device=device)))[0] if rank == 0 else None
+
+    def evaluate() -> dict:
+        record = {"val_bpb": eval_bpb()}
+        if rank == 0:
+            with autocast:
+                record["diag"] = diagnostics_snapshot(raw_model, diag_x)
+        return record
+
     def write_metrics(record: dict):
         if rank == 0:
             append_jsonl(metrics_path, record)
@@ -280,8 +282,9 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
            f"tokens ({grad_accum} micro-batches x {world} ranks), device {device_name(device)}")
 
     if step == 0:
-        loop["val_bpb"] = eval_bpb()
-        write_metrics({"step": 0, "val_bpb": loop["val_bpb"]})
+        record = evaluate()
+        loop["val_bpb"] = record["val_bpb"]
+        write_metrics({"step": 0, **record})
 
     pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
     t_last, steps_since_log, paused, first_step = time.perf_counter(), 0, 0.0, step
@@ -339,7 +342,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
             t_last, steps_since_log, paused = time.perf_counter(), 0, 0.0
         t_pause = time.perf_counter()  # evaluation and checkpoints are not training time
         if eval_now:
-            loop["val_bpb"] = record["val_bpb"] = eval_bpb()
+            record.update(evaluate())
+            loop["val_bpb"] = record["val_bpb"]
             if progress and rank == 0:
                 pbar.write(f"step {step}: val bpb {loop['val_bpb']:.4f}")
         if log_now or eval_now:
