@@ -134,8 +134,17 @@ def check_kv_cache(seed: int = 6) -> Check:
                  "GQA 4/2 heads, XSA alpha 1, prefix of 12 then 8 single tokens, max |logit difference|")
 
 
+def check_muon_band(seed: int = 7) -> Check:
+    """(f) after Muon's orthogonalisation (5 Polar Express steps) the singular values lie near 1."""
+    from xsa.optim import orthogonalize
+    G = torch.randn(64, 128, generator=torch.Generator().manual_seed(seed))
+    s = torch.linalg.svdvals(orthogonalize(G, steps=5, schedule="polar_express"))
+    return Check("Muon orthogonalisation: singular values in [0.855, 1.145]", (s - 1).abs().max().item(), 0.145,
+                 "max |s - 1| of a Gaussian 64 x 128 gradient after 5 Polar Express steps")
+
+
 CHECKS = (check_alpha0_equals_standard, check_orthogonal, check_idempotent, check_parallel_vanishes,
-          check_linear_in_alpha, check_gqa_broadcast, check_kv_cache)
+          check_linear_in_alpha, check_gqa_broadcast, check_kv_cache, check_muon_band)
 
 
 def run_checks() -> list[Check]:
