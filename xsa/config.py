@@ -134,7 +134,7 @@ class TrainConfig:
     # evaluation and logging, in optimizer steps
     eval_every: int = 50
     eval_tokens: int = 2**20  # fixed validation token budget for bpb
-    log_every: int = 1
+    log_every: int = 1  # the logged loss is the only host sync of a step: GPU presets log every 10
     checkpoint_every: int = 50
     seed: int = 0
 
@@ -204,12 +204,12 @@ PRESETS: dict[str, dict] = {
     "d12": dict(
         model=dict(sequence_len=2048, vocab_size=32768, n_layer=12, n_head=12, n_kv_head=12, n_embd=768),
         data="climbmix", device_batch_size=32, total_batch_size=2**19, num_tokens=5120 * 2**19,
-        eval_every=250, eval_tokens=10 * 2**19, checkpoint_every=500,
+        eval_every=250, eval_tokens=10 * 2**19, checkpoint_every=500, log_every=10,
     ),
     "d24": dict(
         model=dict(sequence_len=2048, vocab_size=32768, n_layer=24, n_head=16, n_kv_head=16, n_embd=1024),
         data="climbmix", device_batch_size=16, total_batch_size=2**19, num_tokens=14000 * 2**19,
-        eval_every=250, eval_tokens=10 * 2**19, checkpoint_every=500,
+        eval_every=250, eval_tokens=10 * 2**19, checkpoint_every=500, log_every=10,
     ),
 }
 
