@@ -113,6 +113,15 @@ def save_model(run_dir, *, model, config: TrainConfig, step: int) -> Path:
 # -----------------------------------------------------------------------------
 # Loading a trained model for evaluation and diagnostics
 
+def run_data_dir(saved_data_dir, subset: str) -> Path:
+    """The data folder a run trained on (as its config.json records it), or, where that folder is
+    gone (another machine, a fresh clone), the default folder of the same subset."""
+    from xsa.data import data_dir as default_data_dir
+    if saved_data_dir and (Path(saved_data_dir) / "tokenizer").exists():
+        return Path(saved_data_dir)
+    return default_data_dir(subset)
+
+
 def load_model(run_dir, device=None):
     """(model, tokenizer, train_config) of a finished run folder, model in eval mode on `device`.
 
@@ -120,7 +129,6 @@ def load_model(run_dir, device=None):
     trained on (config.json's data_dir; if that path is gone, the default dir of the same subset).
     """
     from xsa.common import autodetect_device
-    from xsa.data import data_dir as default_data_dir
     from xsa.data.tokenizer import Tokenizer
     from xsa.model import GPT
 
@@ -136,9 +144,7 @@ def load_model(run_dir, device=None):
     if ckpt.get("config") != cfg.to_dict():
         raise ConfigError(f"config: {path} does not belong to {run_dir / 'config.json'}")
 
-    data_dir = Path(saved_data_dir) if saved_data_dir else None
-    if data_dir is None or not (data_dir / "tokenizer").exists():
-        data_dir = default_data_dir(cfg.data)
+    data_dir = run_data_dir(saved_data_dir, cfg.data)
     tokenizer = Tokenizer.from_data_dir(data_dir)
     if tokenizer.vocab_size != cfg.model.vocab_size:
         raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "

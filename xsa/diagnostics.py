@@ -184,13 +184,10 @@ def diagnostics_snapshot(model, x: torch.Tensor) -> dict:
 
 def validation_batch(run_dir: Path, train_config, batch_size: int, device) -> tuple[torch.Tensor, dict]:
     """The first batch of the run's deterministic validation stream, and a description of it."""
-    from xsa.data import data_dir as default_data_dir
+    from xsa.checkpoint import run_data_dir
     from xsa.data.loader import val_batches
     from xsa.records import read_json
-    # the data the run trained on; if that folder is gone, the default one of the same subset
-    data_dir = read_json(Path(run_dir) / "config.json").get("data_dir")
-    if not data_dir or not Path(data_dir).is_dir():
-        data_dir = default_data_dir(train_config.data)
+    data_dir = run_data_dir(read_json(Path(run_dir) / "config.json").get("data_dir"), train_config.data)
     if not (Path(data_dir) / "shards").is_dir():
         raise FileNotFoundError(f"{data_dir}: no validation shards (build them with "
                                 f"`python -m xsa.data build --subset {train_config.data}`)")
