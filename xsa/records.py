@@ -121,6 +121,8 @@ def provenance(*, config_hash: str, seed: int | None, device: str, wall_time_s: 
         "hostname_kind": platform.machine(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_time_s": wall_time_s,
+        # a preloaded allocator (e.g. tcmalloc) changes speed, never numerics: say so beside the timings
+        "ld_preload": os.environ.get("LD_PRELOAD") or None,
     }
     if extra:
         rec.update(extra)
