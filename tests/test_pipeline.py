@@ -74,6 +74,23 @@ def test_missing_notebook_and_unknown_stage_name_the_stage(tmp_path):
     assert out.returncode == 1 and "'nope'" in out.stderr
 
 
+def test_shards_split_the_runs_between_processes(tmp_path):
+    log = tmp_path / "ran.log"
+    stubs = tmp_path / "stubs"
+    stub_notebook(stubs, "01_train.ipynb", f"open({str(log)!r}, 'a').write(out_dir + '\\n')")
+    runs = get_study("smoke").runs
+    base = ["--study", "smoke", "--stages", "train", "--notebooks", str(stubs), "--results", str(tmp_path / "r")]
+    for k in (1, 0):
+        out = cli(*base, "--shard", f"{k}/2")
+        assert out.returncode == 0, out.stderr
+        assert f"(shard {k}/2)" in out.stdout
+    ran = [Path(line).name for line in log.read_text().splitlines()]
+    assert ran == [runs[1].run_id, runs[0].run_id]  # each run once, in the shard that owns its index
+    for bad in ("2/2", "1", "a/b", "-1/2"):
+        out = cli(*base, f"--shard={bad}")
+        assert out.returncode == 1 and "shard" in out.stderr and repr(bad) in out.stderr
+
+
 def test_train_resumes_or_refuses(tmp_path):
     study = get_study("smoke")
     ctx = pipeline.Context(study, tmp_path, tmp_path / "paper", REPO_ROOT / "notebooks")

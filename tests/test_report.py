@@ -126,3 +126,25 @@ def test_missing_records_give_na(tmp_path):
     assert "| n/a |" in (tmp_path / "tables" / "main.md").read_text()
     assert built["figures"]["core_tasks"] is None and built["figures"]["diagnostics"] is None
     assert built["figures"]["train_loss"] is not None
+
+
+def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
+    # XSA effect per seed under Muon: -0.010, -0.012, -0.008; under AdamW: +0.004, +0.002, +0.006
+    muon = {"base": BPB["base"], "xsa1": BPB["xsa1"]}
+    adamw = {"base": [1.60, 1.62, 1.59], "xsa1": [1.604, 1.622, 1.596]}
+    runs = []
+    for opt, nums in (("muon", muon), ("adamw", adamw)):
+        for s in range(3):
+            for alpha, v in ((0.0, "base"), (1.0, "xsa1")):
+                run = Run("smoke", alpha, optimizer=opt, seed=s)
+                write_run(tmp_path, run, nums[v][s])
+                runs.append(run)
+    study = Study(name="t", scale="test scale", runs=tuple(runs), main_presets=("smoke",))
+    rows = report.build(study, tmp_path)["tables"]["optimizer_control"]
+    assert [r["comparison"] for r in rows] == ["smoke Muon", "smoke AdamW only",
+                                               "(smoke AdamW only) minus (smoke Muon)"]
+    contrast = [(a1 - a0) - (m1 - m0) for a0, a1, m0, m1 in zip(adamw["base"], adamw["xsa1"], muon["base"], muon["xsa1"])]
+    ci = report.mean_ci(contrast)
+    assert rows[2]["n_val_bpb"] == 3 and rows[2]["d_val_bpb"] == pytest.approx(sum(contrast) / 3)
+    assert rows[2]["d_val_bpb_ci95"] == f"[{ci['lo']:.4f}, {ci['hi']:.4f}]" and ci["lo"] > 0  # the effects differ
+

@@ -4,6 +4,7 @@ The paper pipeline: run a study's stage notebooks in order through papermill, th
     python -m xsa.pipeline --study default            # the CPU-scale study (make paper)
     python -m xsa.pipeline --study smoke              # the whole pipeline in minutes (make paper STUDY=smoke)
     python -m xsa.pipeline --study default --stages train evaluate --force
+    python -m xsa.pipeline --study default --shard 0/2 &  python -m xsa.pipeline --study default --shard 1/2
 
 Stages, in order (the list is data: STAGES): validation, data, train (one notebook per run),
 evaluate and diagnostics (one per run), throughput (one per preset), paper. Each executed notebook
@@ -12,6 +13,12 @@ outputs exist for the same inputs: training compares the config hash in the run 
 stages a hash of their parameters and upstream record stored in the executed notebook. `--force`
 reruns. A half-finished training run resumes from its checkpoint. A failing stage keeps its
 executed notebook (with the error in it) and the pipeline stops with exit status 1, naming it.
+
+`--shard K/N` runs job i of every stage only if i % N == K, so N processes share a machine's cores
+(on a small CPU, two one-thread processes train faster than one two-thread process). A run's
+evaluate and diagnostics jobs have the run's index, so they land in the shard that trained it;
+the study-wide stages (validation, paper) belong to shard 0. Build the data first (--stages
+validation data), and the paper after every shard has finished (--stages paper).
 """
 
 from __future__ import annotations
@@ -70,6 +77,10 @@ class Context:
     paper: Path
     notebooks: Path
     force: bool = False
+    shard: tuple[int, int] = (0, 1)  # (K, N): this process runs job i when i % N == K
+
+    def mine(self, index: int) -> bool:
+        return index % self.shard[1] == self.shard[0]
 
     def run_dir(self, run: Run) -> Path:
         return self.results / "runs" / run.run_id
@@ -261,7 +272,7 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
     if stage == "data":
         run_data(ctx, stages)
         return None
-    jobs, last = jobs_for(stage, ctx), None
+    jobs, last = [j for i, j in enumerate(jobs_for(stage, ctx)) if ctx.mine(i)], None
     for i, job in enumerate(jobs, 1):
         tag = f"[{stage} {i}/{len(jobs)}] {job.name}"
         if is_done(job, ctx):
@@ -322,14 +333,27 @@ def export_paper(executed: Path, paper_dir: Path) -> dict:
 
 # -----------------------------------------------------------------------------
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' -> (K, N) with 0 <= K < N."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard: {text!r} is not K/N (e.g. 0/2)") from None
+    if not 0 <= k < n:
+        raise ValueError(f"shard: {text!r} needs 0 <= K < N")
+    return k, n
+
+
 def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
-                 force: bool = False) -> dict:
+                 force: bool = False, shard: str = "0/1") -> dict:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
     ctx = Context(get_study(study), Path(results).resolve(), Path(paper).resolve(),
-                  Path(notebooks or REPO_ROOT / "notebooks").resolve(), force)
-    print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}", flush=True)
+                  Path(notebooks or REPO_ROOT / "notebooks").resolve(), force, parse_shard(shard))
+    where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
+    print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
+          flush=True)
     paper_nb = None
     for stage in [s for s in STAGES if s in stages]:  # always in pipeline order
         record = run_stage(stage, ctx, stages)
@@ -353,12 +377,14 @@ def main(argv=None) -> int:
     p.add_argument("--stages", nargs="+", default=list(STAGES), metavar="STAGE",
                    help=f"stages to run, a subset of: {' '.join(STAGES)} (default: all)")
     p.add_argument("--force", action="store_true", help="rerun stages even when their outputs are up to date")
+    p.add_argument("--shard", default="0/1", metavar="K/N",
+                   help="run only job i of each stage with i %% N == K, to share the cores between N processes")
     p.add_argument("--results", default=str(REPO_ROOT / "results"), help="results folder (default: results/)")
     p.add_argument("--paper", default=str(REPO_ROOT / "paper"), help="where the paper goes (default: paper/)")
     p.add_argument("--notebooks", default=None, help="folder of the stage notebooks (default: notebooks/)")
     args = p.parse_args(argv)
     try:
-        run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force)
+        run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard)
     except (StageError, ValueError) as e:
         print(f"pipeline stopped: {e}", file=sys.stderr)
         return 1

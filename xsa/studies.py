@@ -119,8 +119,10 @@ def _default() -> Study:
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; not the seed paper's d12/d24)",
         runs=_unique(runs), main_presets=(small, large),
-        evaluate=dict(max_per_task=100, sft_steps=300), chat_arms=tuple(main),
-        throughput=dict(presets=[small, large], steps=30),
+        # sized so the whole study fits about 2 hours of a 2-core CPU (README, "The default study"):
+        # CORE and ChatCORE on a fixed 10 items per task, a short SFT, and a one-thread A/B benchmark
+        evaluate=dict(max_per_task=10, sft_steps=16), chat_arms=tuple(main),
+        throughput=dict(presets=[small, large], steps=12, warmup=3, threads=1),
     )
 
 
