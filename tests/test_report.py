@@ -147,4 +147,24 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
     ci = report.mean_ci(contrast)
     assert rows[2]["n_val_bpb"] == 3 and rows[2]["d_val_bpb"] == pytest.approx(sum(contrast) / 3)
     assert rows[2]["d_val_bpb_ci95"] == f"[{ci['lo']:.4f}, {ci['hi']:.4f}]" and ci["lo"] > 0  # the effects differ
+    assert "**the effect differs between the optimizers**" in report.summary_text(study, report.build(study, tmp_path))
+
+
+def test_setup_alpha_figure_and_gpu_table(tmp_path):
+    runs = [Run("smoke", a, seed=s) for a in (0.0, 0.5, 1.0) for s in range(2)]
+    for run in runs:
+        write_run(tmp_path, run, 1.5 - 0.01 * run.alpha + 0.001 * run.seed)
+    study = Study(name="t", scale="test scale", runs=tuple(runs), main_presets=("smoke",),
+                  evaluate=dict(max_per_task=7, sft_steps=3))
+    built = report.build(study, tmp_path)
+    (setup,) = built["tables"]["setup"]
+    assert (setup["layers"], setup["width"], setup["runs"], setup["core_items_per_task"]) == (2, 64, 6, 7)
+    assert setup["steps"] * setup["batch_tokens"] == setup["tokens"]
+    assert [r["arm"] for r in built["tables"]["alpha_sweep"]] == ["smoke_base", "smoke_xsa0.5", "smoke_xsa1"]
+    assert built["tables"]["alpha_sweep"][2]["d_val_bpb_vs_base"] == pytest.approx(-0.01)
+    assert built["figures"]["alpha_sweep"].exists() and (tmp_path / "figures" / "alpha_sweep.svg").exists()
+    assert built["tables"]["gpu"] == []  # no GPU-scale records: no rows, never numbers from nowhere
+    write_run(tmp_path, Run("d12", 0.0, seed=0), 0.85)
+    gpu = report.build(study, tmp_path)["tables"]["gpu"]
+    assert [(r["scale"], r["arm"], r["n"], r["val_bpb"]) for r in gpu] == [("d12", "baseline", 1, 0.85)]
 

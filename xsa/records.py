@@ -96,12 +96,14 @@ def sha256_file(path, chunk: int = 1 << 20) -> str:
 
 
 def git_state() -> dict:
-    """The commit the code ran at, and whether the tree had uncommitted changes."""
+    """The commit the code ran at, and whether the code had uncommitted changes. Outputs (results/,
+    paper/) are left out of that check: a study writes them while it runs."""
     def run(*args):
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
     try:
         commit = run("rev-parse", "HEAD").stdout.strip() or None
-        dirty = bool(run("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no", "--", ".",
+                         ":(exclude)results", ":(exclude)paper").stdout.strip())
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
     return {"git_commit": commit, "git_dirty": dirty}

@@ -302,6 +302,30 @@ def throughput_table(tp: dict) -> list[dict]:
     return rows
 
 
+def setup_table(study) -> list[dict]:
+    """What each preset of the study trains (from the presets and the study, not from prose)."""
+    from xsa.config import PRESETS, make_config
+    rows = []
+    for p in study.presets():
+        c = make_config(p)
+        m = c.model
+        rows.append(dict(preset=p, layers=m.n_layer, width=m.n_embd, heads=m.n_head, seq_len=m.sequence_len,
+                         vocab=m.vocab_size, data=PRESETS[p]["data"], batch_tokens=c.total_batch_size,
+                         steps=c.num_iterations, tokens=c.num_tokens,
+                         runs=sum(1 for r in study.runs if r.preset == p),
+                         core_items_per_task=study.evaluate.get("max_per_task") or "all",
+                         sft_steps=study.evaluate.get("sft_steps")))
+    return rows
+
+
+def gpu_table(results_dir) -> list[dict]:
+    """Our GPU-scale runs (the gpu study: d12 and d24), when their records exist; else no rows."""
+    from xsa.studies import get_study
+    gpu = get_study("gpu")
+    runs = load_runs(results_dir, [r.run_id for r in gpu.runs])
+    return [r for r in main_table(runs, gpu.main_presets) if r["source"] == "ours" and r["n"] > 0]
+
+
 # -----------------------------------------------------------------------------
 # Claims: each of the seed paper's claims, judged from our records with n and a 95% CI
 
@@ -408,6 +432,14 @@ def fig_curves(runs, key: str, ylabel: str, out_dir, name: str):
     return _finish(fig, out_dir, name)
 
 
+def _error_bar(value: float, ci: str) -> list:
+    """Matplotlib's [[below], [above]] from a table's CI text; the text is rounded, so clip at 0."""
+    if ci == "n/a":
+        return [[0.0], [0.0]]
+    lo, hi = (float(v) for v in ci.strip("[]").split(", "))
+    return [[max(value - lo, 0.0)], [max(hi - value, 0.0)]]
+
+
 def fig_intervals(rows: list[dict], key: str, label: str, out_dir, name: str):
     """Per-arm means with their 95% t-intervals (the table's numbers, drawn)."""
     rows = [r for r in rows if r.get(key) is not None]
@@ -416,9 +448,7 @@ def fig_intervals(rows: list[dict], key: str, label: str, out_dir, name: str):
     fig, axes = _figure(figsize=(6, 0.35 * len(rows) + 1.2))
     ax = axes[0][0]
     for i, r in enumerate(rows):
-        ci = r[f"{key}_ci95"]
-        lo, hi = (float(v) for v in ci.strip("[]").split(", ")) if ci != "n/a" else (r[key], r[key])
-        ax.errorbar(r[key], i, xerr=[[r[key] - lo], [hi - r[key]]], fmt="o", color="C0", capsize=3)
+        ax.errorbar(r[key], i, xerr=_error_bar(r[key], r[f"{key}_ci95"]), fmt="o", color="C0", capsize=3)
     ax.set_yticks(range(len(rows)), [f"{r['arm']} (n={r['n']})" for r in rows])
     ax.invert_yaxis()
     ax.set(xlabel=f"{label} (mean, 95% CI over seeds)")
@@ -468,6 +498,21 @@ def fig_throughput(rows: list[dict], out_dir, name: str):
     return _finish(fig, out_dir, name)
 
 
+def fig_alpha(rows: list[dict], alphas: list[float], out_dir, name: str):
+    """Val bpb change against the baseline (paired by seed, 95% CI) as a function of alpha."""
+    pts = [(a, r["d_val_bpb_vs_base"], r["d_ci95"]) for a, r in zip(alphas, rows)
+           if r.get("d_val_bpb_vs_base") is not None]
+    if not pts:
+        return None
+    fig, axes = _figure(figsize=(4.5, 3))
+    ax = axes[0][0]
+    for a, d, ci in pts:
+        ax.errorbar([a], [d], yerr=_error_bar(d, ci), fmt="o", color="C0", capsize=3)
+    ax.axhline(0, color="gray", lw=0.8)
+    ax.set(xlabel="XSA alpha (all layers)", ylabel="val bpb: XSA - baseline")
+    return _finish(fig, out_dir, name)
+
+
 # -----------------------------------------------------------------------------
 # Everything for one study
 
@@ -481,13 +526,14 @@ def build(study, results_dir) -> dict:
     main_arms = [f"{p}_{v}" for p in presets for v in ("base", "xsa1")]
     small = presets[0]
     groups = by_arm(runs)
+    sweep_arms = sorted((a for a in groups if a == f"{small}_base" or (a.startswith(f"{small}_xsa") and "-" not in a)),
+                        key=lambda a: groups[a][0]["spec"].alpha)
     tables = {
+        "setup": setup_table(study),
         "main": main_table(runs, presets),
         "claims": claims(runs, presets, tp),
         "arms": arms_table(runs, baseline=None),
-        "alpha_sweep": arms_table(runs, sorted((a for a in groups if a == f"{small}_base"
-                                                or (a.startswith(f"{small}_xsa") and "-" not in a)),
-                                               key=lambda a: groups[a][0]["spec"].alpha), f"{small}_base"),
+        "alpha_sweep": arms_table(runs, sweep_arms, f"{small}_base"),
         "ablations": arms_table(runs, [a for a in groups if a.startswith(f"{small}_xsa1")], f"{small}_base"),
         "optimizer_control": effects_table(runs, [(f"{small} Muon", f"{small}_base", f"{small}_xsa1"),
                                                   (f"{small} AdamW only", f"{small}_adamw_base", f"{small}_adamw_xsa1")],
@@ -497,6 +543,7 @@ def build(study, results_dir) -> dict:
         "diagnostics": diagnostics_table(runs, main_arms),
         "throughput": throughput_table(tp),
         "runs": runs_table(runs),
+        "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
@@ -508,6 +555,8 @@ def build(study, results_dir) -> dict:
         "core_tasks": fig_core_tasks(tables["core_tasks"], figures_dir, "core_tasks"),
         "diagnostics": fig_diagnostics(tables["diagnostics"], figures_dir, "diagnostics"),
         "throughput": fig_throughput(tables["throughput"], figures_dir, "throughput"),
+        "alpha_sweep": fig_alpha(tables["alpha_sweep"], [groups[a][0]["spec"].alpha for a in sweep_arms],
+                                 figures_dir, "alpha_sweep"),
     }
     return dict(runs=runs, tables=tables, figures=figures, throughput=tp)
 
@@ -527,7 +576,22 @@ def summary_text(study, built: dict) -> str:
     for c in built["tables"]["claims"]:
         lines.append(f"- {c['claim']} (theirs: {c['theirs']}). Ours, {c['ours']}: {fmt(c['estimate'])} "
                      f"(n={c['n']}, 95% CI {c['ci95']}): **{c['verdict']}**.")
+    control = built["tables"].get("optimizer_control") or []
+    if len(control) == 3 and control[2]["n_val_bpb"]:
+        (muon, adamw, diff) = control
+        differs = diff["d_val_bpb_ci95"] != "n/a" and not _covers_zero(diff["d_val_bpb_ci95"])
+        lines += ["", f"**Muon against AdamW.** XSA minus baseline in val bpb: {fmt(muon['d_val_bpb'])} "
+                  f"(n={muon['n_val_bpb']}, 95% CI {muon['d_val_bpb_ci95']}) under Muon, {fmt(adamw['d_val_bpb'])} "
+                  f"(n={adamw['n_val_bpb']}, 95% CI {adamw['d_val_bpb_ci95']}) with AdamW only; the difference of "
+                  f"the two effects, paired by seed, is {fmt(diff['d_val_bpb'])} (n={diff['n_val_bpb']}, 95% CI "
+                  f"{diff['d_val_bpb_ci95']}): " + ("**the effect differs between the optimizers**." if differs else
+                                                     "**no difference between the optimizers is detectable**.")]
     return "\n".join(lines) + "\n"
+
+
+def _covers_zero(ci: str) -> bool:
+    lo, hi = (float(v) for v in ci.strip("[]").split(", "))
+    return lo <= 0 <= hi
 
 
 def show_table(built: dict, name: str):
