@@ -112,6 +112,11 @@ def mean_ci(values, level: float = 0.95) -> dict:
     return dict(n=n, mean=mean, lo=mean - half, hi=mean + half)
 
 
+def finished(runs) -> int:
+    """How many runs finished training (a run still in progress has a config but no summary)."""
+    return sum(1 for r in runs if r["summary"])
+
+
 def by_arm(runs) -> dict:
     out = {}
     for r in runs:
@@ -197,7 +202,7 @@ def arms_table(runs, arms=None, baseline=None) -> list[dict]:
     rows = []
     for arm in arms or list(groups):
         rs = groups.get(arm, [])
-        row = dict(arm=arm, n=len(rs))
+        row = dict(arm=arm, n=finished(rs))
         for name in ("val_bpb", "core", "chatcore"):
             ci = mean_ci(metric(r, name) for r in rs)
             row[name], row[f"{name}_ci95"] = ci["mean"], fmt_ci(ci)
@@ -215,7 +220,8 @@ def main_table(runs, presets) -> list[dict]:
         base = {k: mean_ci(metric(r, k) for r in groups.get(f"{p}_base", [])) for k in ("val_bpb", "core", "chatcore")}
         for variant in ("base", "xsa1"):
             rs = groups.get(f"{p}_{variant}", [])
-            row = dict(source="ours", scale=p, arm="baseline" if variant == "base" else "XSA a=1", n=len(rs))
+            row = dict(source="ours", scale=p, arm="baseline" if variant == "base" else "XSA a=1",
+                       n=finished(rs))
             for k in ("val_bpb", "core", "chatcore"):
                 ci = mean_ci(metric(r, k) for r in rs)
                 row[k], row[f"{k}_ci95"] = ci["mean"], fmt_ci(ci)
