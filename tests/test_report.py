@@ -151,18 +151,20 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
 
 
 def test_setup_alpha_figure_and_gpu_table(tmp_path):
-    runs = [Run("smoke", a, seed=s) for a in (0.0, 0.5, 1.0) for s in range(2)]
+    # a preset name with a dash, and arms that are not part of the sweep (other layers, optimizer)
+    runs = [Run("cpu-d4", a, seed=s) for a in (0.0, 0.5, 1.0) for s in range(2)]
+    runs += [Run("cpu-d4", 1.0, xsa_layers="last:2", seed=0), Run("cpu-d4", 0.0, optimizer="adamw", seed=0)]
     for run in runs:
         write_run(tmp_path, run, 1.5 - 0.01 * run.alpha + 0.001 * run.seed)
-    running = Run("smoke", 0.0, seed=2)  # still training: a config, no summary
+    running = Run("cpu-d4", 0.0, seed=2)  # still training: a config, no summary
     atomic_write_json(tmp_path / "runs" / running.run_id / "config.json", {**running.config().to_dict(), "data_dir": "x"})
-    study = Study(name="t", scale="test scale", runs=tuple(runs) + (running,), main_presets=("smoke",),
+    study = Study(name="t", scale="test scale", runs=tuple(runs) + (running,), main_presets=("cpu-d4",),
                   evaluate=dict(max_per_task=7, sft_steps=3))
     built = report.build(study, tmp_path)
     (setup,) = built["tables"]["setup"]
-    assert (setup["layers"], setup["width"], setup["runs"], setup["core_items_per_task"]) == (2, 64, 7, 7)
+    assert (setup["layers"], setup["width"], setup["runs"], setup["core_items_per_task"]) == (4, 256, 9, 7)
     assert setup["steps"] * setup["batch_tokens"] == setup["tokens"]
-    assert [r["arm"] for r in built["tables"]["alpha_sweep"]] == ["smoke_base", "smoke_xsa0.5", "smoke_xsa1"]
+    assert [r["arm"] for r in built["tables"]["alpha_sweep"]] == ["cpu-d4_base", "cpu-d4_xsa0.5", "cpu-d4_xsa1"]
     assert built["tables"]["alpha_sweep"][0]["n"] == 2  # the unfinished run is not counted
     assert built["tables"]["alpha_sweep"][2]["d_val_bpb_vs_base"] == pytest.approx(-0.01)
     assert built["figures"]["alpha_sweep"].exists() and (tmp_path / "figures" / "alpha_sweep.svg").exists()

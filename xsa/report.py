@@ -532,7 +532,10 @@ def build(study, results_dir) -> dict:
     main_arms = [f"{p}_{v}" for p in presets for v in ("base", "xsa1")]
     small = presets[0]
     groups = by_arm(runs)
-    sweep_arms = sorted((a for a in groups if a == f"{small}_base" or (a.startswith(f"{small}_xsa") and "-" not in a)),
+    # the sweep: the baseline and XSA on every layer against the mixed value, under Muon, any alpha
+    sweep_arms = sorted((a for a, rs in groups.items() if rs[0]["preset"] == small and rs[0]["spec"].optimizer == "muon"
+                         and (rs[0]["spec"].alpha == 0 or (rs[0]["spec"].xsa_layers == "all"
+                                                           and rs[0]["spec"].xsa_value == "mixed"))),
                         key=lambda a: groups[a][0]["spec"].alpha)
     tables = {
         "setup": setup_table(study),
