@@ -42,11 +42,11 @@ THREADS ?= $(if $(filter 1,$(SHARDS)),,1)
 TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
 WORK_ENV := $(if $(THREADS),OMP_NUM_THREADS=$(THREADS)) $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC))
 PIPELINE := $(PY) -m xsa.pipeline --study $(STUDY)
+SHARD := $(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard
 
 paper: setup
 	$(PIPELINE) --stages validation data
 	@pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
-		echo "$(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(SHARDS)"; \
-		$(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(SHARDS) & pids="$$pids $$!"; \
+		echo "$(SHARD) $$k/$(SHARDS)"; $(SHARD) $$k/$(SHARDS) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PIPELINE) --stages paper

@@ -159,6 +159,14 @@ def fmt_ci(ci: dict, digits: int = 4) -> str:
     return "n/a" if ci["lo"] is None else f"[{ci['lo']:.{digits}f}, {ci['hi']:.{digits}f}]"
 
 
+def parse_ci(text: str) -> tuple[float, float] | None:
+    """The inverse of fmt_ci: "[lo, hi]" -> (lo, hi); "n/a" -> None."""
+    if text == "n/a":
+        return None
+    lo, hi = (float(v) for v in text.strip("[]").split(", "))
+    return lo, hi
+
+
 def rel(a, b):
     return None if a is None or b is None or a == 0 else (b - a) / a
 
@@ -440,9 +448,7 @@ def fig_curves(runs, key: str, ylabel: str, out_dir, name: str):
 
 def _error_bar(value: float, ci: str) -> list:
     """Matplotlib's [[below], [above]] from a table's CI text; the text is rounded, so clip at 0."""
-    if ci == "n/a":
-        return [[0.0], [0.0]]
-    lo, hi = (float(v) for v in ci.strip("[]").split(", "))
+    lo, hi = parse_ci(ci) or (value, value)
     return [[max(value - lo, 0.0)], [max(hi - value, 0.0)]]
 
 
@@ -522,6 +528,14 @@ def fig_alpha(rows: list[dict], alphas: list[float], out_dir, name: str):
 # -----------------------------------------------------------------------------
 # Everything for one study
 
+def in_alpha_sweep(spec: Run, preset: str) -> bool:
+    """The sweep's arms: at `preset` under Muon, the baseline and XSA on every layer against the
+    mixed value, at any alpha."""
+    if spec.preset != preset or spec.optimizer != "muon":
+        return False
+    return spec.alpha == 0 or (spec.xsa_layers == "all" and spec.xsa_value == "mixed")
+
+
 def build(study, results_dir) -> dict:
     """Write every table and figure of a study's paper; return the tables (rows) and figure paths."""
     results_dir = Path(results_dir)
@@ -532,10 +546,7 @@ def build(study, results_dir) -> dict:
     main_arms = [f"{p}_{v}" for p in presets for v in ("base", "xsa1")]
     small = presets[0]
     groups = by_arm(runs)
-    # the sweep: the baseline and XSA on every layer against the mixed value, under Muon, any alpha
-    sweep_arms = sorted((a for a, rs in groups.items() if rs[0]["preset"] == small and rs[0]["spec"].optimizer == "muon"
-                         and (rs[0]["spec"].alpha == 0 or (rs[0]["spec"].xsa_layers == "all"
-                                                           and rs[0]["spec"].xsa_value == "mixed"))),
+    sweep_arms = sorted((a for a, rs in groups.items() if in_alpha_sweep(rs[0]["spec"], small)),
                         key=lambda a: groups[a][0]["spec"].alpha)
     tables = {
         "setup": setup_table(study),
@@ -588,7 +599,8 @@ def summary_text(study, built: dict) -> str:
     control = built["tables"].get("optimizer_control") or []
     if len(control) == 3 and control[2]["n_val_bpb"]:
         (muon, adamw, diff) = control
-        differs = diff["d_val_bpb_ci95"] != "n/a" and not _covers_zero(diff["d_val_bpb_ci95"])
+        ci = parse_ci(diff["d_val_bpb_ci95"])
+        differs = ci is not None and not ci[0] <= 0 <= ci[1]
         lines += ["", f"**Muon against AdamW.** XSA minus baseline in val bpb: {fmt(muon['d_val_bpb'])} "
                   f"(n={muon['n_val_bpb']}, 95% CI {muon['d_val_bpb_ci95']}) under Muon, {fmt(adamw['d_val_bpb'])} "
                   f"(n={adamw['n_val_bpb']}, 95% CI {adamw['d_val_bpb_ci95']}) with AdamW only; the difference of "
@@ -596,11 +608,6 @@ def summary_text(study, built: dict) -> str:
                   f"{diff['d_val_bpb_ci95']}): " + ("**the effect differs between the optimizers**." if differs else
                                                      "**no difference between the optimizers is detectable**.")]
     return "\n".join(lines) + "\n"
-
-
-def _covers_zero(ci: str) -> bool:
-    lo, hi = (float(v) for v in ci.strip("[]").split(", "))
-    return lo <= 0 <= hi
 
 
 def show_table(built: dict, name: str):
