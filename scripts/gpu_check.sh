@@ -3,7 +3,7 @@
 #   1. the XSA throughput benchmark at d12 (full 2^19-token steps) plus a short training of both
 #      arms on synthetic copy-task tokens (the benchmark's loss curves; no data download needed,
 #      GPU machines may have no network),
-#   2. the throughput benchmark at d24 (2 of its 16 accumulation micro-batches per step, so it fits),
+#   2. the throughput benchmark at d24 (steps of 2 of its 16 accumulation micro-batches, so it fits),
 # writing run records (JSON with provenance and hardware) under OUT_DIR, default results/gpu.
 # Every stage has its own time limit; a stage that fails or runs out is reported and the rest go on.
 #
@@ -24,13 +24,13 @@ if [[ -z "$PY" ]]; then
 fi
 
 if [[ $DRY == 1 ]]; then
-  D12=(--preset smoke --steps 3 --warmup 1 --train-steps 2 --device cpu --no-compile)
-  D24=(--preset smoke --steps 3 --warmup 1 --device cpu --no-compile)
+  D12=(--preset smoke --steps 3 --warmup 1 --train-steps 2 --device cpu)
+  D24=(--preset smoke --steps 3 --warmup 1 --device cpu)
   LIMIT_D12=300; LIMIT_D24=300
 else
   # d12: 3 warm-up (includes compilation) + 20 measured + 15 training steps per arm at ~1 s each
   D12=(--preset d12 --steps 20 --warmup 3 --train-steps 15 --device cuda)
-  D24=(--preset d24 --steps 20 --warmup 3 --grad-accum 2 --device cuda)
+  D24=(--preset d24 --steps 20 --warmup 3 --total-batch-size 65536 --device cuda)
   LIMIT_D12=260; LIMIT_D24=200
 fi
 

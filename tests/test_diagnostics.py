@@ -159,10 +159,14 @@ def test_cli_writes_pinned_layers_and_refuses_to_overwrite(tiny_run, capsys):
 def test_figures_are_written_as_png_and_svg(tiny_run, tmp_path):
     main(["--run", str(tiny_run), "--batch-size", "2", "--out", str(tmp_path / "d.json")])
     diag = json.loads((tmp_path / "d.json").read_text())
-    paths = plot_layer_curves({"a": diag, "b": diag}, tmp_path / "fig" / "layers")
-    paths += plot_head_heatmap(diag, tmp_path / "heads")
+    paths = [plot_layer_curves({"a": diag, "b": diag}, tmp_path / "fig", "layers"),
+             plot_head_heatmap(diag, tmp_path, "heads")]
+    paths += [p.with_suffix(".svg") for p in paths]
     assert sorted(p.suffix for p in paths) == [".png", ".png", ".svg", ".svg"]
     assert all(p.stat().st_size > 0 for p in paths)
+    first = {p: p.read_bytes() for p in paths}  # the package's one saver: byte-stable figures
+    plot_head_heatmap(diag, tmp_path, "heads")
+    assert (tmp_path / "heads.svg").read_bytes() == first[tmp_path / "heads.svg"]
 
 
 def test_cli_names_a_missing_run(tmp_path, capsys):

@@ -285,14 +285,15 @@ def test_cli_merges_core_into_eval_json(tmp_path):
 
 
 def test_task_table_is_written_as_csv_and_markdown(tmp_path):
-    from xsa.evaluate.run import task_rows, write_table
+    from xsa.evaluate.run import task_rows
+    from xsa.report import write_table
     record = {"tasks": {"copa": {"n": 10, "accuracy": 0.6, "centered": 0.2}}, "missing": ["squad"],
               "chat_tasks": {"GSM8K": {"n": 5, "accuracy": 0.0, "centered": 0.0}}}
-    csv_path, md_path = write_table(task_rows(record, "r1"), tmp_path / "t")
+    csv_path, md_path = write_table(task_rows(record, "r1"), tmp_path, "t")  # the report's one writer
     assert csv_path.read_text().splitlines() == [
-        "run,suite,task,n,accuracy,centered", "r1,CORE,copa,10,0.6,0.2", "r1,ChatCORE,GSM8K,5,0.0,0.0",
-        "r1,CORE,squad,0,,"]
-    assert md_path.read_text().splitlines()[2] == "| r1 | CORE | copa | 10 | 0.6 | 0.2 |"
+        "run,suite,task,n,accuracy,centered", "r1,CORE,copa,10,0.600000,0.200000",
+        "r1,ChatCORE,GSM8K,5,0.000000,0.000000", "r1,CORE,squad,0,n/a,n/a"]
+    assert md_path.read_text().splitlines()[2] == "| r1 | CORE | copa | 10 | 0.6000 | 0.2000 |"
 
 
 def _zip_bundle(tmp_path) -> Path:

@@ -9,21 +9,20 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
 
 from xsa import pipeline
 from xsa.records import REPO_ROOT, atomic_write_json
 from xsa.studies import get_study
 
-KERNEL_META = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-               "language_info": {"name": "python"}}
+from conftest import stub_notebook
+
+TRAIN_PARAMS = "run = {}\nout_dir = None\nresume = False\noverwrite = False"
+PAPER_PARAMS = "study = 'smoke'\nresults_dir = None\nout_dir = None"
 
 
-def stub_notebook(folder: Path, name: str, code: str) -> None:
-    params = new_code_cell("strict = True")
-    params.metadata["tags"] = ["parameters"]
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(new_notebook(cells=[params, new_code_cell(code)], metadata=KERNEL_META), folder / name)
+def context(tmp_path, study="smoke", force=False) -> pipeline.Context:
+    layout = pipeline.Layout(tmp_path, tmp_path / "paper", study)
+    return pipeline.Context(get_study(study), layout, REPO_ROOT / "notebooks", force)
 
 
 def cli(*args, env=None):
@@ -77,7 +76,12 @@ def test_missing_notebook_and_unknown_stage_name_the_stage(tmp_path):
 def test_shards_split_the_runs_between_processes(tmp_path):
     log = tmp_path / "ran.log"
     stubs = tmp_path / "stubs"
-    stub_notebook(stubs, "01_train.ipynb", f"open({str(log)!r}, 'a').write(out_dir + '\\n')")
+    # a stub that records where it ran and writes the record a train job must leave
+    stub_notebook(stubs, "01_train.ipynb", f"open({str(log)!r}, 'a').write(out_dir + '\\n')\n"
+                  "from xsa.spec import Run\nfrom xsa.records import atomic_write_json\n"
+                  "c = Run.from_dict(run).config()\n"
+                  "atomic_write_json(out_dir + '/config.json', c.to_dict())\n"
+                  "atomic_write_json(out_dir + '/summary.json', {'complete': True})", params=TRAIN_PARAMS)
     runs = get_study("smoke").runs
     base = ["--study", "smoke", "--stages", "train", "--notebooks", str(stubs), "--results", str(tmp_path / "r")]
     for k in (1, 0):
@@ -93,7 +97,7 @@ def test_shards_split_the_runs_between_processes(tmp_path):
 
 def test_train_resumes_or_refuses(tmp_path):
     study = get_study("smoke")
-    ctx = pipeline.Context(study, tmp_path, tmp_path / "paper", REPO_ROOT / "notebooks")
+    ctx = context(tmp_path)
     job = pipeline.jobs_for("train", ctx)[1]
     run = study.runs[1]
     run_dir = Path(job.params["out_dir"])
@@ -110,8 +114,11 @@ def test_train_resumes_or_refuses(tmp_path):
     (run_dir / "ckpt" / "state.pt").write_bytes(b"")
     pipeline.prepare_train(job, ctx)
     assert job.params["resume"] and not job.params["overwrite"]
+    # stopped early (--max-steps): not done, resumed
+    atomic_write_json(run_dir / "summary.json", {"val_bpb": 1.0, "complete": False})
+    assert not pipeline.is_done(job, ctx)
     # finished: skipped
-    atomic_write_json(run_dir / "summary.json", {"val_bpb": 1.0})
+    atomic_write_json(run_dir / "summary.json", {"val_bpb": 1.0, "complete": True})
     assert pipeline.is_done(job, ctx)
     # a different config in the folder: refused without --force, replaced with it
     other = study.runs[0].config().to_dict()
@@ -131,16 +138,17 @@ def test_paper_export_embeds_figures(tmp_path):
                   "import io, matplotlib\nfrom matplotlib.figure import Figure\nfrom IPython.display import Image, Markdown, display\n"
                   "fig = Figure(); fig.add_subplot().plot([1, 2])\n"
                   "buf = io.BytesIO(); fig.savefig(buf, format='png')\n"
-                  "display(Markdown('# Stub paper'), Image(data=buf.getvalue()))")
+                  "display(Markdown('# Stub paper'), Image(data=buf.getvalue()))", params=PAPER_PARAMS)
     out = cli("--study", "smoke", "--stages", "paper", "--notebooks", str(nbs),
               "--results", str(tmp_path / "results"), "--paper", str(tmp_path / "paper"))
     assert out.returncode == 0, out.stderr
-    html = (tmp_path / "paper" / "paper.html").read_text()
+    paper = tmp_path / "paper" / "smoke"  # a study other than the default: its own folder
+    html = (paper / "paper.html").read_text()
     assert "data:image/png;base64," in html and "Stub paper" in html
-    md = (tmp_path / "paper" / "paper.md").read_text()
+    md = (paper / "paper.md").read_text()
     assert "Stub paper" in md and "paper_files/" in md
     if pipeline.pdf_engine():
-        assert (tmp_path / "paper" / "paper.pdf").read_bytes()[:5] == b"%PDF-"
+        assert (paper / "paper.pdf").read_bytes()[:5] == b"%PDF-"
         assert "PDF engine" in out.stdout
     else:
         assert "no PDF" in out.stdout
@@ -163,12 +171,13 @@ def test_smoke_study_end_to_end(tmp_path):
         env["XSA_EVAL_BUNDLE"] = str(bundle)
     out = cli("--study", "smoke", "--results", str(results), "--paper", str(paper), env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    html = (paper / "paper.html").read_text()
+    html = (paper / "smoke" / "paper.html").read_text()
     assert html.count("data:image/png;base64,") >= 6 and "smoke scale" in html and "Zhai" in html
     for run in get_study("smoke").runs:
         for name in ("config", "summary", "provenance", "eval", "diagnostics"):
             assert (results / "runs" / run.run_id / f"{name}.json").exists(), (run.run_id, name)
-    outputs = sorted((results / "tables").iterdir()) + sorted((results / "figures").iterdir())
+    assert not (results / "tables").exists()  # the smoke study never writes the default study's place
+    outputs = sorted((results / "smoke" / "tables").iterdir()) + sorted((results / "smoke" / "figures").iterdir())
     before = {p.name: p.read_bytes() for p in outputs}
     # everything is up to date: a second run only rebuilds the paper, byte for byte the same
     out = cli("--study", "smoke", "--results", str(results), "--paper", str(paper), env=env)
@@ -178,3 +187,23 @@ def test_smoke_study_end_to_end(tmp_path):
     assert out.stdout.count(": running") == reruns and "[paper 1/1] smoke: running" in out.stdout, out.stdout
     assert {p.name: p.read_bytes() for p in outputs} == before
     assert sorted((REPO_ROOT / "results").rglob("*")) == repo_results, "a stage wrote into the repo's results/"
+
+
+def test_undeclared_parameter_stops_the_stage(tmp_path):
+    stubs = tmp_path / "stubs"
+    # a notebook whose parameters cell lost `run` (renamed): the pipeline refuses before it runs
+    stub_notebook(stubs, "01_train.ipynb", "raise AssertionError('must not run')",
+                  params="runs = {}\nout_dir = None\nresume = False\noverwrite = False")
+    out = cli("--study", "smoke", "--stages", "train", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
+    assert out.returncode == 1 and "does not declare" in out.stderr and "run" in out.stderr
+    assert not (tmp_path / "r" / "runs").exists()
+
+
+def test_train_job_must_leave_the_run_it_asked_for(tmp_path):
+    stubs = tmp_path / "stubs"
+    # a notebook that trains another config into the folder (a renamed parameter left at its default)
+    stub_notebook(stubs, "01_train.ipynb", "from xsa.spec import Run\nfrom xsa.records import atomic_write_json\n"
+                  "c = Run.of('smoke', seed=5).config()\natomic_write_json(out_dir + '/config.json', c.to_dict())\n"
+                  "atomic_write_json(out_dir + '/summary.json', {'complete': True})", params=TRAIN_PARAMS)
+    out = cli("--study", "smoke", "--stages", "train", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
+    assert out.returncode == 1 and "records config hash" in out.stderr

@@ -6,7 +6,23 @@ import pytest
 
 from xsa import report
 from xsa.records import atomic_write_json, append_jsonl
-from xsa.studies import Run, Study
+from xsa.report.claims import verdict
+from xsa.report.stats import Interval, mean_ci, t_critical
+from xsa.spec import Arm, Run
+from xsa.studies import Claim, Contrast, Paired, Study, Sweep, xsa_pair
+
+SMOKE = xsa_pair("smoke")
+
+
+def xsa_on(run: Run) -> bool:
+    return bool(run.config().model.xsa_layer_set())
+
+
+def claims_for(name: str) -> tuple:
+    return (Claim("XSA lowers val bpb at the smaller depth", "d12", name, "val_bpb", "lower"),
+            Claim("XSA lowers Base CORE at the smaller depth", "d12", name, "core", "lower"),
+            Claim("XSA lowers the diagonal attention mass", "mechanism", name, "diag_mass", "lower"),
+            Claim("XSA's runtime overhead is at most about 5%", "~5%", name, "overhead", "lower", 0.05))
 
 # val bpb per seed: XSA is lower by 0.010, 0.012, 0.008 (paired), so the claim is supported
 BPB = {"base": [1.500, 1.520, 1.490], "xsa1": [1.490, 1.508, 1.482]}
@@ -32,20 +48,20 @@ def write_run(results, run: Run, bpb, core=None, diag=None, chatcore=None):
         atomic_write_json(d / "eval.json", ev)
     if diag is not None:
         atomic_write_json(d / "diagnostics.json", {"layers": [
-            {"cos_y_v": 0.5, "cos_z_v": 0.0 if run.alpha else 0.5, "diag_mass": diag, "entropy": 1.0},
+            {"cos_y_v": 0.5, "cos_z_v": 0.0 if xsa_on(run) else 0.5, "diag_mass": diag, "entropy": 1.0},
             {"cos_y_v": [0.4, 0.6], "cos_z_v": 0.1, "diag_mass": [diag, diag], "entropy": 1.2}]})
 
 
 @pytest.fixture
 def study():
-    runs = tuple(Run("smoke", a, seed=s) for s in range(3) for a in (0.0, 1.0))
-    return Study(name="t", scale="test scale", runs=runs, main_presets=("smoke",))
+    runs = tuple(a.run(s) for s in range(3) for a in SMOKE.arms())
+    return Study(name="t", scale="test scale", runs=runs, main=(SMOKE,), claims=claims_for("smoke"))
 
 
 @pytest.fixture
 def results(tmp_path, study):
     for run in study.runs:
-        v = "base" if run.alpha == 0 else "xsa1"
+        v = "xsa1" if xsa_on(run) else "base"
         write_run(tmp_path, run, BPB[v][run.seed], CORE[v][run.seed], diag=0.3 if v == "base" else 0.2,
                   chatcore=0.05)
     atomic_write_json(tmp_path / "throughput" / "smoke.json", {"baseline_tok_per_s": 1000.0, "xsa_tok_per_s": 990.0,
@@ -56,17 +72,17 @@ def results(tmp_path, study):
 
 def test_t_critical_matches_tables():
     for df, t in [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (9, 2.2622), (30, 2.0423)]:
-        assert report.t_critical(df) == pytest.approx(t, abs=1e-4)
+        assert t_critical(df) == pytest.approx(t, abs=1e-4)
 
 
 def test_mean_ci_by_hand():
     # [1, 2, 4]: mean 7/3; sample sd sqrt(((4/3)^2 + (1/3)^2 + (5/3)^2) / 2) = sqrt(7/3); t(2) = 4.302653
-    ci = report.mean_ci([1.0, 2.0, 4.0])
+    s = mean_ci([1.0, 2.0, 4.0])
     half = 4.302653 * math.sqrt(7 / 3) / math.sqrt(3)
-    assert ci["n"] == 3 and ci["mean"] == pytest.approx(7 / 3)
-    assert ci["lo"] == pytest.approx(7 / 3 - half, abs=1e-5) and ci["hi"] == pytest.approx(7 / 3 + half, abs=1e-5)
-    assert report.mean_ci([2.0]) == dict(n=1, mean=2.0, lo=None, hi=None)
-    assert report.mean_ci([None])["n"] == 0
+    assert s["n"] == 3 and s["mean"] == pytest.approx(7 / 3) and s["sd"] == pytest.approx(math.sqrt(7 / 3))
+    assert s["ci"].lo == pytest.approx(7 / 3 - half, abs=1e-5) and s["ci"].hi == pytest.approx(7 / 3 + half, abs=1e-5)
+    assert mean_ci([2.0]) == dict(n=1, mean=2.0, sd=None, ci=Interval(None, None))
+    assert mean_ci([None])["n"] == 0
 
 
 def test_main_table_and_claims(results, study):
@@ -83,21 +99,20 @@ def test_main_table_and_claims(results, study):
     claims = {c["claim"]: c for c in built["tables"]["claims"]}
     bpb = claims["XSA lowers val bpb at the smaller depth"]
     diffs = [x - b for x, b in zip(BPB["xsa1"], BPB["base"])]
-    ci = report.mean_ci(diffs)
+    ci = mean_ci(diffs)["ci"]
     assert bpb["n"] == 3 and bpb["estimate"] == pytest.approx(sum(diffs) / 3) and bpb["verdict"] == "supported"
-    assert bpb["ci95"] == f"[{ci['lo']:.4f}, {ci['hi']:.4f}]"
+    assert bpb["ci95"] == ci  # a number pair in the row, text only where written
+    assert f"[{ci.lo:.4f}, {ci.hi:.4f}]" in (results / "tables" / "claims.md").read_text()
     assert claims["XSA lowers Base CORE at the smaller depth"]["verdict"].startswith("cannot decide")
     assert claims["XSA lowers the diagonal attention mass"]["verdict"] == "supported"
     assert claims["XSA's runtime overhead is at most about 5%"]["verdict"] == "supported"
-    # no second preset in this study: its claims cannot be decided, and say so
-    assert claims["XSA lowers val bpb at the larger depth"]["n"] == 0
     assert "**supported**" in report.summary_text(study, built)
 
 
 def test_verdicts():
-    assert report.verdict(dict(n=3, mean=1, lo=0.5, hi=1.5), "lower") == "contradicted"
-    assert report.verdict(dict(n=3, mean=1, lo=0.5, hi=1.5), "higher") == "supported"
-    assert report.verdict(dict(n=1, mean=1, lo=None, hi=None), "higher").startswith("cannot decide")
+    assert verdict(3, Interval(0.5, 1.5), "lower") == "contradicted"
+    assert verdict(3, Interval(0.5, 1.5), "higher") == "supported"
+    assert verdict(1, Interval(None, None), "higher").startswith("cannot decide")
 
 
 def test_writes_tables_and_figures_deterministically(results, study):
@@ -117,8 +132,8 @@ def test_writes_tables_and_figures_deterministically(results, study):
 
 
 def test_missing_records_give_na(tmp_path):
-    runs = (Run("smoke", 0.0, seed=0), Run("smoke", 1.0, seed=0))
-    study = Study(name="t", scale="test scale", runs=runs, main_presets=("smoke",))
+    runs = (SMOKE.a.run(0), SMOKE.b.run(0))
+    study = Study(name="t", scale="test scale", runs=runs, main=(SMOKE,))
     write_run(tmp_path, runs[0], 1.5)  # no eval, no diagnostics; the second run never trained
     built = report.build(study, tmp_path)
     ours = [r for r in built["tables"]["main"] if r["source"] == "ours"]
@@ -133,32 +148,36 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
     muon = {"base": BPB["base"], "xsa1": BPB["xsa1"]}
     adamw = {"base": [1.60, 1.62, 1.59], "xsa1": [1.604, 1.622, 1.596]}
     runs = []
+    pairs = {"muon": Paired("smoke Muon", SMOKE.a, SMOKE.b),
+             "adamw": Paired("smoke AdamW only", SMOKE.a.with_(optimizer="adamw"), SMOKE.b.with_(optimizer="adamw"))}
     for opt, nums in (("muon", muon), ("adamw", adamw)):
         for s in range(3):
-            for alpha, v in ((0.0, "base"), (1.0, "xsa1")):
-                run = Run("smoke", alpha, optimizer=opt, seed=s)
-                write_run(tmp_path, run, nums[v][s])
-                runs.append(run)
-    study = Study(name="t", scale="test scale", runs=tuple(runs), main_presets=("smoke",))
+            for arm, v in zip(pairs[opt].arms(), ("base", "xsa1")):
+                write_run(tmp_path, arm.run(s), nums[v][s])
+                runs.append(arm.run(s))
+    study = Study(name="t", scale="test scale", runs=tuple(runs), main=(SMOKE,),
+                  comparisons=(Contrast("optimizer_control", pairs["muon"], pairs["adamw"]),))
     rows = report.build(study, tmp_path)["tables"]["optimizer_control"]
     assert [r["comparison"] for r in rows] == ["smoke Muon", "smoke AdamW only",
                                                "(smoke AdamW only) minus (smoke Muon)"]
     contrast = [(a1 - a0) - (m1 - m0) for a0, a1, m0, m1 in zip(adamw["base"], adamw["xsa1"], muon["base"], muon["xsa1"])]
-    ci = report.mean_ci(contrast)
+    ci = mean_ci(contrast)["ci"]
     assert rows[2]["n_val_bpb"] == 3 and rows[2]["d_val_bpb"] == pytest.approx(sum(contrast) / 3)
-    assert rows[2]["d_val_bpb_ci95"] == f"[{ci['lo']:.4f}, {ci['hi']:.4f}]" and ci["lo"] > 0  # the effects differ
+    assert rows[2]["d_val_bpb_ci95"] == ci and ci.lo > 0  # the effects differ
     assert "**the effect differs between the optimizers**" in report.summary_text(study, report.build(study, tmp_path))
 
 
 def test_setup_alpha_figure_and_gpu_table(tmp_path):
     # a preset name with a dash, and arms that are not part of the sweep (other layers, optimizer)
-    runs = [Run("cpu-d4", a, seed=s) for a in (0.0, 0.5, 1.0) for s in range(2)]
-    runs += [Run("cpu-d4", 1.0, xsa_layers="last:2", seed=0), Run("cpu-d4", 0.0, optimizer="adamw", seed=0)]
+    pair = xsa_pair("cpu-d4")
+    sweep = Sweep.over("alpha_sweep", pair.b, "xsa_alpha", (0.5, 1.0), seed_arm=pair.a)
+    runs = [a.run(s) for a in sweep.all_arms() for s in range(2)]
+    runs += [pair.b.with_(xsa_layers="last:2").run(0), pair.a.with_(optimizer="adamw").run(0)]
     for run in runs:
-        write_run(tmp_path, run, 1.5 - 0.01 * run.alpha + 0.001 * run.seed)
-    running = Run("cpu-d4", 0.0, seed=2)  # still training: a config, no summary
+        write_run(tmp_path, run, 1.5 - 0.01 * run.config().model.xsa_alpha + 0.001 * run.seed)
+    running = pair.a.run(2)  # still training: a config, no summary
     atomic_write_json(tmp_path / "runs" / running.run_id / "config.json", {**running.config().to_dict(), "data_dir": "x"})
-    study = Study(name="t", scale="test scale", runs=tuple(runs) + (running,), main_presets=("cpu-d4",),
+    study = Study(name="t", scale="test scale", runs=tuple(runs) + (running,), main=(pair,), comparisons=(sweep,),
                   evaluate=dict(max_per_task=7, sft_steps=3))
     built = report.build(study, tmp_path)
     (setup,) = built["tables"]["setup"]
@@ -169,7 +188,7 @@ def test_setup_alpha_figure_and_gpu_table(tmp_path):
     assert built["tables"]["alpha_sweep"][2]["d_val_bpb_vs_base"] == pytest.approx(-0.01)
     assert built["figures"]["alpha_sweep"].exists() and (tmp_path / "figures" / "alpha_sweep.svg").exists()
     assert built["tables"]["gpu"] == []  # no GPU-scale records: no rows, never numbers from nowhere
-    write_run(tmp_path, Run("d12", 0.0, seed=0), 0.85)
+    write_run(tmp_path, Run.of("d12", seed=0), 0.85)
     gpu = report.build(study, tmp_path)["tables"]["gpu"]
     assert [(r["scale"], r["arm"], r["n"], r["val_bpb"]) for r in gpu] == [("d12", "baseline", 1, 0.85)]
 

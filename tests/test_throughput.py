@@ -85,3 +85,16 @@ def test_notebook_is_stored_clean_and_runs(tmp_path):
                                         out_dir=str(tmp_path)))
     assert PINNED <= set(json.loads(out.read_text()))
     assert (tmp_path / "throughput_smoke.png").exists() and (tmp_path / "throughput_smoke.svg").exists()
+
+
+def test_benchmark_arms_are_the_study_runs(tmp_path):
+    """The baseline arm is the study's baseline (no XSA layer at all), not XSA at alpha 0."""
+    from xsa.studies import xsa_pair
+    from xsa.throughput import run_throughput
+    r = run_throughput("smoke", steps=1, warmup=0, device="cpu", threads=1, progress=False,
+                       out=tmp_path / "tp.json")
+    pair = xsa_pair("smoke")
+    assert r["runs"] == {"baseline": pair.a.run(0).run_id, "xsa": pair.b.run(0).run_id}
+    assert r["model"]["xsa_layers"] == "none" and r["xsa_arm"]["xsa_layers"] == "all"
+    assert r["provenance"]["config_hash"] == pair.a.config().config_hash()
+    assert json.loads((tmp_path / "tp.json").read_text())["complete"] is True

@@ -16,27 +16,10 @@ import xsa.model
 from xsa import checkpoint
 from xsa.config import ConfigError, make_config
 from xsa.records import read_json, read_jsonl
-from xsa.train import EMA_BETA, TrainingDiverged, lr_multiplier, main, muon_momentum, train
+from xsa.step import lr_multiplier, muon_momentum
+from xsa.train import EMA_BETA, TrainingDiverged, main, train
 
-# evals and checkpoints only at the end unless a test asks, to keep runs short
-QUIET = dict(eval_every=1000, checkpoint_every=1000)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Smoke-sized matmuls gain nothing from threads, and on a busy machine a thread waiting for
-    a descheduled peer makes every op slow; one thread keeps these tests fast everywhere."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="session")
-def smoke_data():
-    """The smoke data dir, built once (from the registries) and shared by every test."""
-    from xsa.data import ensure_data
-    return ensure_data("smoke")
+from conftest import QUIET
 
 
 def run(cfg, out, data, **kw):

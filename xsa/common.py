@@ -42,7 +42,7 @@ def print0(*args, **kwargs):
         print(*args, **kwargs)
 
 
-def cache_dir() -> "os.PathLike":
+def cache_dir() -> "Path":
     """Root of everything downloaded or built (data, tokenizers, eval bundle): $XSA_CACHE or ~/.cache/xsa."""
     from pathlib import Path
     return Path(os.environ.get("XSA_CACHE", Path.home() / ".cache" / "xsa")).expanduser()
@@ -84,3 +84,34 @@ def matmul_peak_flops(device: torch.device, seconds: float = 1.0, wall: bool = F
         sync(device)
         best = max(best, 4 * 2 * n ** 3 / max(tick() - t0, 1e-9))
     return best, str(dtype).removeprefix("torch.")
+
+
+def peak_flops(device: torch.device) -> float:
+    """This device's matmul peak (`matmul_peak_flops`, per second of `clock`), measured once per
+    device, thread count and torch version and cached in cache_dir()/peak_flops.json."""
+    import json
+    import platform
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    key = f"{device.type}|{name}|threads={torch.get_num_threads()}|torch={torch.__version__}"
+    path = cache_dir() / "peak_flops.json"
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    if key not in table:
+        table[key] = matmul_peak_flops(device)[0]
+        try:
+            from xsa.records import atomic_write_text
+            atomic_write_text(path, json.dumps(table, indent=2, sort_keys=True) + "\n")
+        except OSError:
+            pass  # a read-only cache only costs a re-measurement next time
+    return table[key]
+
+
+def mfu(flops_per_token: float, tokens: float, seconds: float, peak: float | None, world: int = 1) -> float | None:
+    """Model FLOPs utilisation, the one definition used everywhere: the model's FLOPs per second of
+    `clock` (CPU time of this process on CPU, wall time on GPUs) over the matmul peak measured on
+    the same clock (`peak_flops`), per device."""
+    if not peak or seconds <= 0:
+        return None
+    return flops_per_token * tokens / seconds / (peak * world)

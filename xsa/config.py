@@ -60,10 +60,22 @@ class GPTConfig:
         alpha = self.xsa_alpha
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0.0 <= float(alpha) <= 1.0):
             raise ConfigError(f"xsa_alpha must be a number in [0, 1], got {alpha!r}")
+        object.__setattr__(self, "xsa_alpha", float(alpha))  # 1 and 1.0 are one config (one hash)
         if self.xsa_value not in XSA_VALUE_MODES:
             raise ConfigError(f"xsa_value must be one of {XSA_VALUE_MODES}, got {self.xsa_value!r}")
-        if self.xsa_alpha > 0 and not self.xsa_layer_set():
-            raise ConfigError(f"xsa_alpha is {self.xsa_alpha} but xsa_layers is {self.xsa_layers!r}: no layer would use it")
+        # one spelling per layer set, so that equal configs hash equally: no spaces, a comma list
+        # sorted and without repeats ("0,0,1" and " 1, 0" are "0,1")
+        spec = str(self.xsa_layers).replace(" ", "")
+        if re.fullmatch(r"\d+(,\d+)*", spec):
+            spec = ",".join(str(i) for i in sorted({int(i) for i in spec.split(",")}))
+        object.__setattr__(self, "xsa_layers", spec)
+        if not self.xsa_layer_set():
+            if self.xsa_alpha > 0:
+                raise ConfigError(f"xsa_alpha is {self.xsa_alpha} but xsa_layers is {self.xsa_layers!r}: "
+                                  "no layer would use it (set xsa_layers, e.g. all)")
+            if self.xsa_value != "mixed":
+                raise ConfigError(f"xsa_value is {self.xsa_value!r} but xsa_layers is {self.xsa_layers!r}: "
+                                  "no layer would use it (set xsa_layers, e.g. all)")
 
     def xsa_layer_set(self) -> frozenset[int]:
         """The layer indices where the XSA formula runs (empty for 'none')."""
@@ -219,7 +231,10 @@ def make_config(preset: str, **overrides) -> TrainConfig:
 
     Model fields (xsa_alpha, xsa_layers, xsa_value, n_layer, ...) and training fields (seed,
     optimizer, num_tokens, ...) may be mixed in `overrides`; each is routed to its dataclass.
-    None values are ignored. An xsa_alpha given without xsa_layers applies to all layers.
+    None values are ignored. XSA runs at the layers of xsa_layers with strength xsa_alpha; given
+    alone, xsa_alpha applies to every layer (xsa_alpha=0 alone is the zero-strength formula on every
+    layer, a control of the XSA code path, not the baseline) and xsa_layers alone means alpha 1.
+    The baseline is xsa_layers "none", the default.
     """
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
@@ -229,6 +244,8 @@ def make_config(preset: str, **overrides) -> TrainConfig:
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     if overrides.get("xsa_alpha") is not None and overrides.get("xsa_layers") is None:
         overrides = {**overrides, "xsa_layers": "all"}
+    if overrides.get("xsa_layers") not in (None, "none") and overrides.get("xsa_alpha") is None:
+        overrides = {**overrides, "xsa_alpha": 1.0}
     for key, value in overrides.items():
         if value is None:
             continue

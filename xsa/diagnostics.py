@@ -227,48 +227,38 @@ def run_diagnostics(run_dir, batch_size: int = 8, device: str | None = None) -> 
     }
 
 
+def write_diagnostics(run_dir, out=None, batch_size: int = 8, device: str | None = None) -> dict:
+    """run_diagnostics, written to `out` (default RUN_DIR/diagnostics.json); returns the record."""
+    from xsa.records import atomic_write_json
+    result = run_diagnostics(run_dir, batch_size=batch_size, device=device)
+    atomic_write_json(Path(out) if out else Path(run_dir) / "diagnostics.json", result)
+    return result
+
+
 # -----------------------------------------------------------------------------
-# Figures (PNG + SVG). `records` maps an arm label ("baseline", "XSA") to a diagnostics dict.
+# Figures (PNG + SVG, xsa.report.figures). `records` maps an arm label ("baseline", "XSA") to a diagnostics dict.
 
 
-def _save(fig, path_stem) -> list[Path]:
-    stem = Path(path_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    for p in paths:
-        fig.savefig(p, dpi=150, bbox_inches="tight")
-    return paths
-
-
-def plot_layer_curves(records: dict[str, dict], path_stem, metrics=METRICS) -> list[Path]:
+def plot_layer_curves(records: dict[str, dict], out_dir, name: str, metrics=METRICS):
     """One panel per metric, x = layer, one line per arm (head-averaged)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0), squeeze=False)
+    from xsa.report.figures import new_figure, save_figure
+    fig, axes = new_figure(ncols=len(metrics), figsize=(3.2 * len(metrics), 3.0))
     for ax, m in zip(axes[0], metrics):
         for label, diag in records.items():
             layers = diag["layers"]
             ax.plot([l["layer"] for l in layers], [l[m] for l in layers], marker="o", ms=3, label=label)
         ax.set_title(METRIC_LABELS[m], fontsize=9)
         ax.set_xlabel("layer")
-        ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    paths = _save(fig, path_stem)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir, name)
 
 
-def plot_head_heatmap(diag: dict, path_stem, metrics=("cos_y_v", "cos_z_v", "diag_mass", "entropy")) -> list[Path]:
+def plot_head_heatmap(diag: dict, out_dir, name: str, metrics=("cos_y_v", "cos_z_v", "diag_mass", "entropy")):
     """Layer x head heatmaps of one run, one panel per metric."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
     import seaborn as sns
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 0.35 * len(diag["layers"]) + 1.6),
-                             squeeze=False)
+    from xsa.report.figures import new_figure, save_figure
+    fig, axes = new_figure(ncols=len(metrics), figsize=(3.6 * len(metrics), 0.35 * len(diag["layers"]) + 1.6))
     grids = {m: np.array([l["heads"][m] for l in diag["layers"]]) for m in metrics}
     # the cosines share one diverging scale centred on 0, so XSA's zeros read as zero, not as noise
     cos_max = max([np.abs(g).max() for m, g in grids.items() if m.startswith("cos_")] + [1e-3])
@@ -282,17 +272,13 @@ def plot_head_heatmap(diag: dict, path_stem, metrics=("cos_y_v", "cos_z_v", "dia
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
     fig.suptitle(f"{diag.get('run', '')} (xsa_alpha={diag.get('xsa_alpha')})", fontsize=9)
-    fig.tight_layout()
-    paths = _save(fig, path_stem)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir, name)
 
 
 # -----------------------------------------------------------------------------
 
 
 def main(argv=None):
-    from xsa.records import atomic_write_json
     p = argparse.ArgumentParser(prog="python -m xsa.diagnostics", description=(
         "Per-layer, per-head attention diagnostics of a trained run on a fixed validation batch: "
         "cos(y_i, v_i) before and after the XSA projection, diagonal attention mass, attention "
@@ -311,8 +297,7 @@ def main(argv=None):
     out = Path(args.out) if args.out else run_dir / "diagnostics.json"
     if out.exists() and not args.overwrite:
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
-    result = run_diagnostics(run_dir, batch_size=args.batch_size, device=args.device)
-    atomic_write_json(out, result)
+    result = write_diagnostics(run_dir, out, batch_size=args.batch_size, device=args.device)
     for layer in result["layers"]:
         print(f"layer {layer['layer']:2d} alpha={layer['xsa_alpha']:.2f} "
               + " ".join(f"{m}={layer[m]:+.4f}" for m in METRICS))

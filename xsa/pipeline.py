@@ -14,6 +14,13 @@ stages a hash of their parameters and upstream record stored in the executed not
 reruns. A half-finished training run resumes from its checkpoint. A failing stage keeps its
 executed notebook (with the error in it) and the pipeline stops with exit status 1, naming it.
 
+Paths: the pipeline owns them (`Layout`). Run records go to <results>/runs/<run id>/, throughput
+records to <results>/throughput/; the default study's tables, figures and paper to
+<results>/tables, <results>/figures and <paper>/, any other study's to <results>/<study>/ and
+<paper>/<study>/, so a smoke run never replaces the committed paper. Every path reaches a notebook as
+a parameter, and a parameter the notebook does not declare in its `parameters` cell stops the
+pipeline before the notebook runs.
+
 `--shard K/N` runs job i of every stage only if i % N == K, so N processes share a machine's cores
 (on a small CPU, two one-thread processes train faster than one two-thread process). A run's
 evaluate and diagnostics jobs have the run's index, so they land in the shard that trained it;
@@ -35,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xsa.records import REPO_ROOT, atomic_write_text, read_json
-from xsa.studies import Run, Study, get_study
+from xsa.spec import Run
+from xsa.studies import Study, get_study
 
 STAGES = ("validation", "data", "train", "evaluate", "diagnostics", "throughput", "paper")
 NOTEBOOKS = {
@@ -70,11 +78,49 @@ class Job:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Every output path of a study, in one place."""
+    results: Path
+    paper_root: Path
+    study: str
+
+    def run_dir(self, run: Run) -> Path:
+        return self.results / "runs" / run.run_id
+
+    def throughput(self, preset: str) -> Path:
+        return self.results / "throughput" / f"{preset}.json"
+
+    @property
+    def outputs(self) -> Path:
+        """Where the study's tables/ and figures/ go (the default study owns results/ itself)."""
+        return self.results if self.study == "default" else self.results / self.study
+
+    @property
+    def paper(self) -> Path:
+        return self.paper_root if self.study == "default" else self.paper_root / self.study
+
+    def executed(self, stage: str, job_name: str) -> Path:
+        """The executed notebook of a job (study-wide stages: one per study)."""
+        stem = Path(NOTEBOOKS[stage]).stem
+        folder = self.results / "executed" / self.study
+        return folder / f"{stem}.ipynb" if stage in ("validation", "paper") else folder / stem / f"{job_name}.ipynb"
+
+    def beside(self, stage: str, job_name: str, what: str) -> Path:
+        """A job's extra outputs (per-run tables and figures) beside its executed notebook."""
+        return self.executed(stage, job_name).with_suffix("").with_name(f"{job_name}_{what}")
+
+
+def default_layout(study: str = "default") -> Layout:
+    """The layout of the repository's own results/ and paper/ (what notebooks run by hand and
+    `python -m xsa.<stage>` write to when no path is given)."""
+    return Layout(REPO_ROOT / "results", REPO_ROOT / "paper", study)
+
+
 @dataclass
 class Context:
     study: Study
-    results: Path
-    paper: Path
+    layout: Layout
     notebooks: Path
     force: bool = False
     shard: tuple[int, int] = (0, 1)  # (K, N): this process runs job i when i % N == K
@@ -82,28 +128,22 @@ class Context:
     def mine(self, index: int) -> bool:
         return index % self.shard[1] == self.shard[0]
 
-    def run_dir(self, run: Run) -> Path:
-        return self.results / "runs" / run.run_id
-
     def record(self, job: Job) -> Path:
-        stem = Path(NOTEBOOKS[job.stage]).stem
-        folder = self.results / "executed" / self.study.name
-        per_study = job.stage in ("validation", "paper")
-        return folder / f"{stem}.ipynb" if per_study else folder / stem / f"{job.name}.ipynb"
+        return self.layout.executed(job.stage, job.name)
 
 
 # -----------------------------------------------------------------------------
 # What each stage runs
 
 # the presentation layer: nothing the validation checks depends on it
-NOT_VALIDATED = {"xsa/pipeline.py", "xsa/report.py", "xsa/studies.py"}
+NOT_VALIDATED = ("xsa/pipeline.py", "xsa/studies.py", "xsa/report/")
 
 
 def source_hash() -> str:
     """Hash of the package sources: the validation checks rerun whenever the code they check changes."""
     h = hashlib.sha256()
     for path in sorted((REPO_ROOT / "xsa").rglob("*.py")):
-        if path.relative_to(REPO_ROOT).as_posix() in NOT_VALIDATED:
+        if path.relative_to(REPO_ROOT).as_posix().startswith(NOT_VALIDATED):
             continue
         h.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
@@ -145,44 +185,38 @@ def jobs_for(stage: str, ctx: Context) -> list[Job]:
 
 
 def _jobs(stage: str, ctx: Context) -> list[Job]:
-    s, study_name = ctx.study, ctx.study.name
+    s, study_name, lay = ctx.study, ctx.study.name, ctx.layout
     if stage == "validation":
         return [Job(stage, study_name, dict(s.validation), [], upstream={"source": source_hash()})]
     if stage == "train":
-        jobs = []
-        for run in s.runs:
-            params = dict(preset=run.preset, alpha=float(run.alpha), xsa_layers=run.xsa_layers,
-                          xsa_value=run.xsa_value, optimizer=run.optimizer, seed=run.seed,
-                          out_dir=str(ctx.run_dir(run)), resume=False, overwrite=False)
-            jobs.append(Job(stage, run.run_id, params, [ctx.run_dir(run) / "summary.json"],
-                            upstream={"config_hash": run.config().config_hash()}))
-        return jobs
+        return [Job(stage, run.run_id,
+                    dict(run=run.to_dict(), out_dir=str(lay.run_dir(run)), resume=False, overwrite=False),
+                    [lay.run_dir(run) / "summary.json"], upstream={"config_hash": run.config().config_hash()})
+                for run in s.runs]
     if stage in ("evaluate", "diagnostics"):
+        chat = {a.name for a in s.chat_arms}
         jobs = []
         for run in s.runs:
-            rd = ctx.run_dir(run)
-            beside = ctx.record(Job(stage, run.run_id, {}, [])).with_suffix("")  # per-run extras go beside the record
+            rd = lay.run_dir(run)
             if stage == "evaluate":
-                evals = ["core", "chat"] if run.arm in s.chat_arms else ["core"]
+                evals = ["core", "chat"] if run.arm.name in chat else ["core"]
                 params = dict(runs=[str(rd)], bundle=os.environ.get("XSA_EVAL_BUNDLE"), evaluations=evals,
-                              table_out=f"{beside}_tasks", **s.evaluate)
+                              table_out=str(lay.beside(stage, run.run_id, "tasks")), **s.evaluate)
                 out = rd / "eval.json"
             else:
-                params = dict(runs=[str(rd)], out_dir=f"{beside}_figures", **s.diagnostics)
+                params = dict(runs=[str(rd)], out_dir=str(lay.beside(stage, run.run_id, "figures")), **s.diagnostics)
                 out = rd / "diagnostics.json"
             jobs.append(Job(stage, run.run_id, params, [out],
                             upstream={"config_hash": run.config().config_hash(), "weights": trained_weights(rd)}))
         return jobs
     if stage == "throughput":
         opts = {k: v for k, v in s.throughput.items() if k != "presets"}
-        jobs = []
-        for p in s.throughput.get("presets", []):
-            out = ctx.results / "throughput" / f"{p}.json"
-            figures = ctx.record(Job(stage, p, {}, [])).with_suffix("")
-            jobs.append(Job(stage, p, dict(preset=p, out=str(out), out_dir=f"{figures}_figures", **opts), [out]))
-        return jobs
+        return [Job(stage, p, dict(preset=p, out=str(lay.throughput(p)),
+                                   out_dir=str(lay.beside(stage, p, "figures")), **opts), [lay.throughput(p)])
+                for p in s.throughput.get("presets", [])]
     if stage == "paper":
-        return [Job(stage, study_name, dict(study=study_name, results_dir=str(ctx.results)), [], always=True)]
+        return [Job(stage, study_name, dict(study=study_name, results_dir=str(lay.results),
+                                            out_dir=str(lay.outputs)), [], always=True)]
     raise ValueError(f"stage: unknown stage {stage!r} (choose from {', '.join(STAGES)})")
 
 
@@ -205,6 +239,8 @@ def expected_inputs(job: Job) -> str:
 def is_done(job: Job, ctx: Context) -> bool:
     if job.always or ctx.force or not all(p.exists() for p in job.outputs):
         return False
+    if job.stage == "train" and not read_json(job.outputs[0]).get("complete", False):
+        return False  # stopped early (--max-steps): resumed to the full horizon, never counted as done
     return recorded_inputs(job, ctx) == expected_inputs(job)
 
 
@@ -216,7 +252,7 @@ def prepare_train(job: Job, ctx: Context) -> None:
         return
     if ctx.force:
         job.params["overwrite"] = True
-    elif recorded == expected_inputs(job):  # config.json without summary.json: a killed run
+    elif recorded == expected_inputs(job):  # a killed run, or one stopped early (complete: false)
         from xsa.checkpoint import state_path
         if state_path(run_dir).exists():
             job.params["resume"] = True
@@ -225,6 +261,31 @@ def prepare_train(job: Job, ctx: Context) -> None:
     else:
         raise StageError(f"stage train ({job.name}): {run_dir} holds a run with config hash {recorded}, "
                          f"the study asks for {expected_inputs(job)}; rerun with --force to replace it")
+
+
+def check_parameters(job: Job, notebook: Path) -> None:
+    """Refuse parameters the notebook does not declare: papermill would only warn, and the notebook
+    would run with its own default (an XSA run in a baseline's folder, say)."""
+    import papermill as pm
+    declared = set(pm.inspect_notebook(str(notebook)))
+    unknown = sorted(set(job.params) - declared)
+    if unknown:
+        raise StageError(f"stage {job.stage} ({job.name}): {notebook} does not declare the parameter(s) "
+                         f"{', '.join(unknown)} in its parameters cell (it declares: {', '.join(sorted(declared))})")
+
+
+def check_outputs(job: Job) -> None:
+    """After a job: its outputs exist, and a train job's run record is the config it asked for."""
+    missing = [str(p) for p in job.outputs if not p.exists()]
+    if missing:
+        raise StageError(f"stage {job.stage} ({job.name}) finished without writing {', '.join(missing)}")
+    if job.stage == "train":
+        got = recorded_config_hash(Path(job.params["out_dir"]))
+        if got != expected_inputs(job):
+            raise StageError(f"stage train ({job.name}): {job.params['out_dir']} records config hash {got}, "
+                             f"the study asked for {expected_inputs(job)}")
+        if not read_json(job.outputs[0]).get("complete", False):
+            raise StageError(f"stage train ({job.name}): the run stopped before its horizon (complete: false)")
 
 
 def execute(job: Job, ctx: Context) -> Path:
@@ -236,6 +297,7 @@ def execute(job: Job, ctx: Context) -> Path:
     if not notebook.exists():
         raise StageError(f"stage {job.stage}: notebook {notebook} does not exist "
                          f"(choose the stages to run with --stages)")
+    check_parameters(job, notebook)
     record = ctx.record(job)
     record.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -245,6 +307,7 @@ def execute(job: Job, ctx: Context) -> Path:
         msg = str(e).strip().splitlines()
         raise StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
                          + "\n  ".join(msg[-6:])) from None
+    check_outputs(job)
     nb = nbformat.read(str(record), as_version=4)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": expected_inputs(job)}
     atomic_write_text(record, nbformat.writes(nb))
@@ -313,8 +376,13 @@ def export_paper(executed: Path, paper_dir: Path) -> dict:
     atomic_write_text(paper_dir / "paper.html", html)
     md, res = MarkdownExporter(**opts).from_notebook_node(nb, resources={"output_files_dir": "paper_files"})
     atomic_write_text(paper_dir / "paper.md", md)
+    written = set()
     for name, data in res.get("outputs", {}).items():  # figures referenced by paper.md
         atomic_write_bytes(paper_dir / name, data)
+        written.add((paper_dir / name).resolve())
+    for old in (paper_dir / "paper_files").glob("*"):  # figures of an earlier build that this one no longer has
+        if old.is_file() and old.resolve() not in written:
+            old.unlink()
     out = {"html": paper_dir / "paper.html", "md": paper_dir / "paper.md", "pdf": None, "pdf_engine": None}
     engine = pdf_engine()
     if engine == "chromium":
@@ -349,8 +417,9 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
-    ctx = Context(get_study(study), Path(results).resolve(), Path(paper).resolve(),
-                  Path(notebooks or REPO_ROOT / "notebooks").resolve(), force, parse_shard(shard))
+    layout = Layout(Path(results).resolve(), Path(paper).resolve(), study)
+    ctx = Context(get_study(study), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(), force,
+                  parse_shard(shard))
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
           flush=True)
@@ -361,7 +430,7 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
             paper_nb = record
     if paper_nb is None:
         return {}
-    out = export_paper(paper_nb, ctx.paper)
+    out = export_paper(paper_nb, ctx.layout.paper)
     print(f"paper: {out['html']}\n       {out['md']}")
     if out["pdf"]:
         print(f"       {out['pdf']} (PDF engine: {out['pdf_engine']})")

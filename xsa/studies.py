@@ -1,75 +1,114 @@
 """
-The studies, as data: which runs (preset, arm, seed) a study trains, and how each stage is run.
+The studies, as data: which runs a study trains, which comparisons it reports, and which of the
+seed paper's claims each comparison judges.
 
-A study is what `python -m xsa.pipeline --study NAME` executes. Nothing here runs anything; the
-pipeline reads these tables, the training notebook builds its config with `Run.config()`, and the
-report groups records by the fields of `Run`.
+A study is what `python -m xsa.pipeline --study NAME` executes. Nothing here runs anything: the
+pipeline trains `study.runs`, and the report iterates `study.comparisons` and `study.claims`, so
+a new arm with its own comparison is one edit in this file.
+
+Comparisons (every difference is paired by seed: both arms of a seed see the same batches):
+- Paired(a, b):           b minus a per seed, e.g. XSA minus baseline at one preset.
+- Versus(base, arms):     each arm paired against one reference arm (ablations).
+- Sweep(base, field, ..): a Versus over the values of one field (the alpha sweep).
+- Contrast(first, second): (second's effect) minus (first's effect) per seed, e.g. XSA's effect
+                           under AdamW minus its effect under Muon.
 
 - smoke:   the whole pipeline in a few minutes at the smoke preset (tests, CI).
-- default: the CPU-scale study (two CPU presets with a 2:1 depth ratio, seeds, an alpha sweep, a
-           layer ablation, the plain-value variant and an AdamW-only control). Not d12/d24.
+- default: the CPU-scale study. Not d12/d24.
 - gpu:     the seed paper's depths d12 and d24, both arms, for a GPU server.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from xsa.config import PRESETS, TrainConfig, make_config
+from xsa.config import PRESETS
+from xsa.spec import Arm, Run
+
+
+# -----------------------------------------------------------------------------
+# Comparisons
+
+@dataclass(frozen=True)
+class Paired:
+    """b minus a, paired by seed."""
+    name: str
+    a: Arm
+    b: Arm
+    metrics: tuple[str, ...] = ("val_bpb", "core")
+
+    def arms(self) -> list[Arm]:
+        return [self.a, self.b]
 
 
 @dataclass(frozen=True)
-class Run:
-    """One training run: a preset, an arm (the XSA and optimizer settings) and a seed."""
-    preset: str
-    alpha: float = 0.0  # 0: the baseline, standard attention (no XSA code runs)
-    xsa_layers: str = "all"  # where XSA runs when alpha > 0
-    xsa_value: str = "mixed"
-    optimizer: str = "muon"
-    seed: int = 0
-    max_steps: int | None = None  # a cap below the preset's horizon (None: the full horizon)
+class Versus:
+    """Each of `arms` paired against `base`."""
+    name: str
+    base: Arm
+    arms: tuple[Arm, ...]
+    metrics: tuple[str, ...] = ("val_bpb",)
 
-    @property
-    def arm(self) -> str:
-        """The run id without the seed: what seeds are averaged over."""
-        parts = [self.preset]
-        if self.optimizer != "muon":
-            parts.append(self.optimizer)
-        if self.alpha == 0:
-            parts.append("base")  # alpha = 0 is the baseline whatever the layer spec says
-        else:
-            xsa = f"xsa{float(self.alpha):g}"
-            if self.xsa_layers != "all":
-                xsa += "-" + self.xsa_layers.replace(":", "").replace(",", "+")
-            if self.xsa_value != "mixed":
-                xsa += "-" + self.xsa_value
-            parts.append(xsa)
-        return "_".join(parts)
+    def all_arms(self) -> list[Arm]:
+        return [self.base, *self.arms]
 
-    @property
-    def run_id(self) -> str:
-        """Readable and unique per (preset, arm, seed), e.g. cpu-d4_xsa1_s0, cpu-d4_adamw_base_s2."""
-        return f"{self.arm}_s{self.seed}"
 
-    def config(self) -> TrainConfig:
-        if self.alpha == 0:  # the baseline: xsa_layers "none", so not even a zero-strength formula runs
-            return make_config(self.preset, optimizer=self.optimizer, seed=self.seed)
-        return make_config(self.preset, xsa_alpha=float(self.alpha), xsa_layers=self.xsa_layers,
-                           xsa_value=self.xsa_value, optimizer=self.optimizer, seed=self.seed)
+@dataclass(frozen=True)
+class Sweep(Versus):
+    """A Versus over the values of one field; its table and figure list the reference arm too (at
+    its own value of the field, e.g. alpha 0 for the baseline of an alpha sweep)."""
+    field: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    @classmethod
+    def over(cls, name: str, base: Arm, field_name: str, values, seed_arm: Arm | None = None,
+             metrics=("val_bpb",)) -> "Sweep":
+        """base.with_(field=v) for every v; `seed_arm` (default base) is the arm each is paired against."""
+        arms = tuple(base.with_(**{field_name: v}) for v in values)
+        return cls(name, seed_arm or base, arms, tuple(metrics), field_name)
 
+    def values(self) -> list:
+        return [a.get(self.field) for a in self.all_arms()]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """(second's effect) minus (first's effect), per seed: does the effect depend on what differs?"""
+    name: str
+    first: Paired
+    second: Paired
+    metrics: tuple[str, ...] = ("val_bpb", "core")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One of the seed paper's claims, judged by one metric of one comparison of ours.
+
+    expect: the direction the seed paper reports ("lower" or "higher" than `threshold`).
+    metric: a run metric (val_bpb, core, chatcore, diag_mass), or "overhead" (the throughput
+    benchmark at the comparison's preset).
+    """
+    text: str
+    theirs: str
+    comparison: str
+    metric: str
+    expect: str
+    threshold: float = 0.0
+
+
+# -----------------------------------------------------------------------------
+# Studies
 
 @dataclass(frozen=True)
 class Study:
     name: str
     scale: str  # said plainly in the paper: "smoke scale", "CPU scale", "GPU scale"
     runs: tuple[Run, ...]
-    main_presets: tuple[str, ...]  # the depth pair of the main table (smaller first)
+    main: tuple[Paired, ...]  # the depth pair of the main table (smaller first)
+    comparisons: tuple = ()  # Versus, Sweep and Contrast entries, reported in order
+    claims: tuple[Claim, ...] = ()
     validation: dict = field(default_factory=dict)  # parameters of 00_validation
     evaluate: dict = field(default_factory=dict)  # parameters of 02_evaluate (all runs)
-    chat_arms: tuple[str, ...] = ()  # arms whose runs also get SFT + ChatCORE
+    chat_arms: tuple[Arm, ...] = ()  # arms whose runs also get SFT + ChatCORE
     diagnostics: dict = field(default_factory=dict)  # parameters of 03_diagnostics
     throughput: dict = field(default_factory=dict)  # parameters of 04_throughput, per preset
 
@@ -77,11 +116,17 @@ class Study:
         return sorted({r.preset for r in self.runs}, key=list(PRESETS).index)
 
     def data_subsets(self) -> list[str]:
-        return sorted({PRESETS[p]["data"] for p in self.presets()})
+        return sorted({r.config().data for r in self.runs})
+
+    def comparison(self, name: str):
+        for c in (*self.main, *self.comparisons):
+            if c.name == name:
+                return c
+        raise KeyError(f"comparison: the study {self.name!r} has no comparison {name!r}")
 
 
 def _unique(runs) -> tuple[Run, ...]:
-    """Drop repeated runs (alpha 0 of the sweep is the baseline), keeping the first order."""
+    """Drop repeated runs (a sweep's reference arm is also a main arm), keeping the first order."""
     seen, out = set(), []
     for r in runs:
         if r.run_id not in seen:
@@ -90,9 +135,10 @@ def _unique(runs) -> tuple[Run, ...]:
     return tuple(out)
 
 
-def _pair(preset, seeds, optimizer="muon"):
-    """Baseline and XSA (alpha 1, every layer) for each seed; the two arms of a seed share data order."""
-    return [Run(preset, alpha, optimizer=optimizer, seed=s) for s in seeds for alpha in (0.0, 1.0)]
+def xsa_pair(preset: str, **overrides) -> Paired:
+    """Baseline against XSA (alpha 1 on every layer) at `preset`, both with `overrides`."""
+    base = Arm.of(preset, **overrides)
+    return Paired(preset, base, base.with_(xsa_alpha=1.0, xsa_layers="all"))
 
 
 def _half(preset) -> str:
@@ -100,39 +146,56 @@ def _half(preset) -> str:
 
 
 def _smoke() -> Study:
+    pair = xsa_pair("smoke")
     return Study(
         name="smoke", scale="smoke scale (a 2-layer toy; tests the pipeline, says nothing about XSA)",
-        runs=_unique(_pair("smoke", [0])), main_presets=("smoke",),
-        evaluate=dict(max_per_task=4, sft_steps=10), chat_arms=("smoke_base", "smoke_xsa1"),
+        runs=_unique(a.run(0) for a in pair.arms()), main=(pair,),
+        evaluate=dict(max_per_task=4, sft_steps=10), chat_arms=tuple(pair.arms()),
         diagnostics=dict(), throughput=dict(presets=["smoke"], steps=4),
     )
 
 
 def _default() -> Study:
-    small, large = "cpu-d4", "cpu-d8"
-    runs = _pair(small, range(3)) + _pair(large, range(3))
-    runs += [Run(small, a, seed=s) for a in (0.0, 0.25, 0.5, 0.75, 1.0) for s in range(2)]  # alpha sweep
-    runs += [Run(small, 1.0, xsa_layers=_half(small), seed=s) for s in range(2)]  # XSA on the last half only
-    runs += [Run(small, 1.0, xsa_value="plain", seed=s) for s in range(2)]  # project against c_v(x) alone
-    runs += _pair(small, range(3), optimizer="adamw")  # the AdamW-only control
-    main = [f"{p}_{a}" for p in (small, large) for a in ("base", "xsa1")]
+    small, large = xsa_pair("cpu-d4"), xsa_pair("cpu-d8")
+    base, xsa = small.a, small.b
+    sweep = Sweep.over("alpha_sweep", xsa, "xsa_alpha", (0.25, 0.5, 0.75, 1.0), seed_arm=base)
+    ablations = Versus("ablations", base, (xsa.with_(xsa_layers=_half("cpu-d4")),
+                                           xsa.with_(xsa_value="plain"), xsa))
+    adamw = Paired("cpu-d4 AdamW only", base.with_(optimizer="adamw"), xsa.with_(optimizer="adamw"))
+    muon = Paired("cpu-d4 Muon", base, xsa)
+    runs = [a.run(s) for p in (small, large) for s in range(3) for a in p.arms()]
+    runs += [a.run(s) for a in sweep.all_arms() for s in range(2)]
+    runs += [a.run(s) for a in ablations.arms[:2] for s in range(2)]
+    runs += [a.run(s) for s in range(3) for a in adamw.arms()]
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; not the seed paper's d12/d24)",
-        runs=_unique(runs), main_presets=(small, large),
+        runs=_unique(runs), main=(small, large),
+        comparisons=(sweep, ablations, Contrast("optimizer_control", muon, adamw)),
+        claims=(
+            Claim("XSA lowers val bpb at the smaller depth", "d12: 0.8484 -> 0.8457", "cpu-d4", "val_bpb", "lower"),
+            Claim("XSA lowers val bpb at the larger depth", "d24: 0.7193 -> 0.7171", "cpu-d8", "val_bpb", "lower"),
+            Claim("XSA lowers Base CORE at the smaller depth", "d12: 0.1602 -> 0.1508", "cpu-d4", "core", "lower"),
+            Claim("XSA raises Base CORE at the larger depth", "d24: 0.2593 -> 0.2606", "cpu-d8", "core", "higher"),
+            Claim("XSA raises ChatCORE at the larger depth", "d24: 0.3638 -> 0.3682", "cpu-d8", "chatcore", "higher"),
+            Claim("XSA lowers the diagonal attention mass", "mechanism (qualitative)", "cpu-d4", "diag_mass", "lower"),
+            Claim("XSA lowers the diagonal attention mass", "mechanism (qualitative)", "cpu-d8", "diag_mass", "lower"),
+            *(Claim("XSA's runtime overhead is at most about 5%", "first ~5%, then within noise", p,
+                    "overhead", "lower", 0.05) for p in ("cpu-d4", "cpu-d8")),
+        ),
         # sized to fit a 2-core CPU in a few hours (README, "The default study"): CORE and ChatCORE
         # on a fixed 10 items per task, a short SFT, a one-thread A/B benchmark (larger preset
         # first, so the two shards of `make paper` get one slow and one fast job)
-        evaluate=dict(max_per_task=10, sft_steps=8), chat_arms=tuple(main),
-        throughput=dict(presets=[large, small], steps=10, warmup=2, threads=1),
+        evaluate=dict(max_per_task=10, sft_steps=8), chat_arms=(*small.arms(), *large.arms()),
+        throughput=dict(presets=["cpu-d8", "cpu-d4"], steps=10, warmup=2, threads=1),
     )
 
 
 def _gpu() -> Study:
-    runs = _pair("d12", [0]) + _pair("d24", [0])
+    d12, d24 = xsa_pair("d12"), xsa_pair("d24")
     return Study(
         name="gpu", scale="GPU scale (the seed paper's d12 and d24 on ClimbMix)",
-        runs=_unique(runs), main_presets=("d12", "d24"),
-        evaluate=dict(max_per_task=None, sft_steps=300), chat_arms=("d12_base", "d12_xsa1", "d24_base", "d24_xsa1"),
+        runs=_unique(a.run(0) for p in (d12, d24) for a in p.arms()), main=(d12, d24),
+        evaluate=dict(max_per_task=None, sft_steps=300), chat_arms=(*d12.arms(), *d24.arms()),
         throughput=dict(presets=["d12", "d24"], steps=50),
     )
 

@@ -1,9 +1,10 @@
 """
 What XSA costs: step time, tokens/s, memory and MFU of the baseline and the XSA arm, side by side.
 
-Both arms (baseline: alpha = 0; XSA: alpha = 1 at every layer) live in ONE process and take turns,
-one full training step each (forward + backward over the preset's gradient-accumulation micro
-batches + the real optimizer step from xsa.optim), in ABBA order: A B, B A, A B, ... Alternating
+Both arms are Runs of the study (xsa.spec): the baseline (standard attention, no XSA layer) and XSA
+(alpha = 1 at every layer). They live in ONE process and take turns, one full training step each
+(xsa.step.Step: forward + backward over the preset's gradient-accumulation micro batches + the real
+optimizer step), in ABBA order: A B, B A, A B, ... Alternating
 which arm goes first cancels slow drift of the machine (thermal, other load) and any advantage of
 running second. Each round gives a pair (t_base, t_xsa) of step times measured on the same batch.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import resource
 import statistics
 import sys
@@ -44,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xsa.common import clock, matmul_peak_flops, sync
+from xsa.common import matmul_peak_flops, mfu, sync
 
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
@@ -87,24 +89,23 @@ def copy_task_batch(gen: torch.Generator, batch: int, seq_len: int, vocab: int, 
 
 
 class Arm:
-    """One model with its optimizers, and a full training step on a list of micro batches."""
+    """One run's model with its training Step (xsa/step.py), timed one update at a time."""
 
-    def __init__(self, name: str, cfg, device: torch.device, seed: int, compile: bool):
+    def __init__(self, name: str, run, device: torch.device, seed: int):
         from xsa.model import GPT
-        from xsa.optim import build_optimizers
-        self.name, self.cfg, self.device = name, cfg, device
+        from xsa.step import Schedules, Step
+        self.name, self.run, self.cfg, self.device = name, run, run.config(), device
         torch.manual_seed(seed)  # both arms start from the same weights
         with torch.device(device):
-            self.model = GPT(cfg.model)
+            self.model = GPT(self.cfg.model)
         self.model.init_weights()
         self.flops_per_token = self.model.estimate_flops()
-        self.optimizers = build_optimizers(self.model, cfg, world_size=1)
-        self.forward = torch.compile(self.model, dynamic=False) if compile else self.model
-        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                         else contextlib.nullcontext())
+        # a benchmark: the initial learning rates, momentum and weight decay, constant
+        constant = Schedules(lambda it: 1.0, lambda it: self.cfg.muon_momentum, lambda it: 1.0)
+        self.step_fn = Step(self.model, self.cfg, device, schedules=constant)
         self.times, self.cpu_times, self.losses, self.step_mem = [], [], [], []
 
-    def step(self, micro_batches, timed: bool):
+    def step(self, it: int, micro_batches, timed: bool):
         """One optimizer update; records the loss, and time and memory when `timed`."""
         cuda = self.device.type == "cuda"
         if cuda:
@@ -112,18 +113,10 @@ class Arm:
             mem0 = torch.cuda.memory_allocated(self.device)
         sync(self.device)
         t0, c0 = time.perf_counter(), time.process_time()
-        loss_sum = torch.zeros((), device=self.device)
-        for x, y in micro_batches:
-            with self.autocast:
-                loss = self.forward(x, y) / len(micro_batches)
-            loss.backward()
-            loss_sum += loss.detach()
-        for opt in self.optimizers:
-            opt.step()
-        self.model.zero_grad(set_to_none=True)
+        loss = self.step_fn(it, micro_batches, len(micro_batches))
         sync(self.device)
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        self.losses.append(loss_sum.item())  # after the clock stops: .item() would sync early
+        self.losses.append(loss.item())  # after the clock stops: .item() would sync early
         if timed:
             self.times.append(dt)
             self.cpu_times.append(dc)
@@ -150,12 +143,11 @@ def overhead_stats(base: list[float], xsa: list[float]) -> dict:
     }
 
 
-def arm_summary(arm: Arm, tokens_per_step: int, peak_flops: float) -> dict:
+def arm_summary(arm: Arm, tokens_per_step: int, peak: float) -> dict:
     t = arm.times
     q1, _, q3 = statistics.quantiles(t, n=4) if len(t) >= 2 else (t[0], t[0], t[0])
     med = statistics.median(t)
-    tok_per_s = tokens_per_step / med
-    # MFU on the clock the peak was measured with: CPU time on CPU, wall time on GPUs
+    # MFU on the clock the peak was measured with (xsa.common.mfu): CPU time on CPU, wall time on GPUs
     busy = statistics.median(arm.cpu_times) if arm.device.type == "cpu" else med
     return {
         "step_time_median_s": med,
@@ -164,8 +156,8 @@ def arm_summary(arm: Arm, tokens_per_step: int, peak_flops: float) -> dict:
         "step_time_max_s": max(t),
         "step_times_s": t,
         "step_cpu_times_s": arm.cpu_times if arm.device.type == "cpu" else None,
-        "tok_per_s": tok_per_s,
-        "mfu": arm.flops_per_token * tokens_per_step / busy / peak_flops,
+        "tok_per_s": tokens_per_step / med,
+        "mfu": mfu(arm.flops_per_token, tokens_per_step, busy, peak),
         "peak_step_mem_bytes": max(arm.step_mem) if arm.step_mem else None,
         "flops_per_token": arm.flops_per_token,
     }
@@ -174,86 +166,99 @@ def arm_summary(arm: Arm, tokens_per_step: int, peak_flops: float) -> dict:
 # -----------------------------------------------------------------------------
 
 
-def run_throughput(preset: str, steps: int = 20, warmup: int = 5, train_steps: int = 0,
-                   device: str | None = None, seed: int = 0, compile: bool | None = None,
-                   grad_accum: int | None = None, device_batch_size: int | None = None,
-                   threads: int | None = None, progress: bool = True) -> dict:
-    """Benchmark both arms at `preset`; returns the result record (see module docstring)."""
+def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
+    """The study's two arms at `preset`: the baseline (no XSA layer) and XSA (alpha 1, every layer)."""
+    from xsa.studies import xsa_pair
+    pair = xsa_pair(preset, **overrides)
+    return pair.a.run(seed), pair.b.run(seed)
+
+
+def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: int = 20, warmup: int = 5,
+                   train_steps: int = 0, device: str | None = None, seed: int = 0, threads: int | None = None,
+                   overrides: dict | None = None, out=None, progress: bool = True) -> dict:
+    """Benchmark two runs (default: `default_runs(preset)`) step by step; returns the result record
+    (see module docstring), and writes it to `out` as rounds arrive (every 10 measured rounds, then
+    complete), so a benchmark stopped early still leaves what it measured."""
     from tqdm import tqdm
 
     from xsa.common import autodetect_device, device_name
-    from xsa.config import make_config
-    from xsa.records import provenance
+    from xsa.records import atomic_write_json, provenance
 
     if steps < 1 or warmup < 0 or train_steps < 0:
         raise ValueError(f"steps ({steps}) must be >= 1, warmup ({warmup}) and train_steps ({train_steps}) >= 0")
     t_start = time.time()
     with torch_threads(threads):
         dev = autodetect_device(device)
-        compile = dev.type == "cuda" if compile is None else compile
-        cfgs = {"baseline": make_config(preset, xsa_alpha=0.0, seed=seed, device_batch_size=device_batch_size),
-                "xsa": make_config(preset, xsa_alpha=1.0, xsa_layers="all", seed=seed,
-                                   device_batch_size=device_batch_size)}
-        cfg = cfgs["baseline"]
+        runs = runs or default_runs(preset, seed, **(overrides or {}))
+        arms = {name: Arm(name, run, dev, seed) for name, run in zip(ARMS, runs)}
+        base, xsa = arms["baseline"], arms["xsa"]
+        cfg = base.cfg
         B, T, V = cfg.device_batch_size, cfg.model.sequence_len, cfg.model.vocab_size
-        accum = grad_accum or cfg.total_batch_size // (B * T)
+        accum = base.step_fn.cfg.total_batch_size // (B * T)
         tokens_per_step = accum * B * T
+        peak, peak_dtype = matmul_peak_flops(dev)
 
-        peak_flops, peak_dtype = matmul_peak_flops(dev)
-        arms = {name: Arm(name, c, dev, seed, compile) for name, c in cfgs.items()}
+        def record(complete: bool) -> dict:
+            summaries = {name: arm_summary(arm, tokens_per_step, peak) for name, arm in arms.items()}
+            return {
+                "preset": cfg.preset,
+                "complete": complete,
+                "runs": {name: arm.run.run_id for name, arm in arms.items()},
+                "device": device_name(dev),
+                "device_type": dev.type,
+                "compiled": base.step_fn.precision.compile,
+                "autocast": str(base.step_fn.precision.autocast).removeprefix("torch.") if base.step_fn.precision.autocast else None,
+                "model": dataclasses.asdict(cfg.model),  # the baseline's; the xsa arm differs only in:
+                "xsa_arm": {k: getattr(xsa.cfg.model, k) for k in ("xsa_alpha", "xsa_layers", "xsa_value")},
+                "device_batch_size": B,
+                "seq_len": T,
+                "grad_accum": accum,
+                "tokens_per_step": tokens_per_step,
+                "warmup_steps": warmup,
+                "measured_steps": len(base.times),
+                "train_steps_extra": train_steps,
+                "order": "ABBA (baseline first on even rounds, xsa first on odd rounds)",
+                "data": "synthetic copy task (Zipf-random half, then the same half), the same batch for both arms",
+                "lr": "initial lr of each param group, constant",
+                "baseline_tok_per_s": summaries["baseline"]["tok_per_s"],
+                "xsa_tok_per_s": summaries["xsa"]["tok_per_s"],
+                "baseline_step_time_median_s": summaries["baseline"]["step_time_median_s"],
+                "xsa_step_time_median_s": summaries["xsa"]["step_time_median_s"],
+                **overhead_stats(base.times, xsa.times),
+                **({f"cpu_time_{k}": v for k, v in overhead_stats(base.cpu_times, xsa.cpu_times).items()}
+                   if dev.type == "cpu" else {}),
+                "threads": torch.get_num_threads(),
+                "baseline_mfu": summaries["baseline"]["mfu"],
+                "xsa_mfu": summaries["xsa"]["mfu"],
+                "matmul_peak_flops": peak,
+                "matmul_peak_dtype": peak_dtype,
+                "mfu_clock": "process CPU time" if dev.type == "cpu" else "wall time",
+                "peak_mem_bytes": (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else peak_rss_bytes()),
+                "peak_mem_kind": ("per arm: max over steps of CUDA max_memory_allocated within the step minus "
+                                  "allocated at its start; peak_mem_bytes: process total, both arms resident"
+                                  if dev.type == "cuda" else
+                                  "process peak RSS (both arms resident; no per-arm split on CPU)"),
+                "arms": summaries,
+                "loss_curves": {name: arm.losses for name, arm in arms.items()},
+                "provenance": provenance(config_hash=cfg.config_hash(), seed=seed, device=device_name(dev),
+                                         wall_time_s=round(time.time() - t_start, 3),
+                                         extra={"xsa_config_hash": xsa.cfg.config_hash()}),
+            }
+
         gen = torch.Generator().manual_seed(seed)
         rounds = warmup + steps + train_steps
-        for r in tqdm(range(rounds), desc=f"throughput {preset}", disable=not progress):
+        for r in tqdm(range(rounds), desc=f"throughput {cfg.preset}", disable=not progress):
             micro = [copy_task_batch(gen, B, T, V, dev) for _ in range(accum)]  # the same batch for both arms
             order = ARMS if r % 2 == 0 else ARMS[::-1]  # ABBA
             timed = warmup <= r < warmup + steps
             for name in order:
-                arms[name].step(micro, timed)
-
-        base, xsa = arms["baseline"], arms["xsa"]
-        summaries = {name: arm_summary(arm, tokens_per_step, peak_flops) for name, arm in arms.items()}
-        return {
-            "preset": preset,
-            "device": device_name(dev),
-            "device_type": dev.type,
-            "compiled": compile,
-            "autocast": "bf16" if dev.type == "cuda" else None,
-            "model": dict(cfg.model.__dict__),  # the baseline's; the xsa arm differs only in:
-            "xsa_arm": {"xsa_alpha": 1.0, "xsa_layers": "all", "xsa_value": cfgs["xsa"].model.xsa_value},
-            "device_batch_size": B,
-            "seq_len": T,
-            "grad_accum": accum,
-            "tokens_per_step": tokens_per_step,
-            "warmup_steps": warmup,
-            "measured_steps": steps,
-            "train_steps_extra": train_steps,
-            "order": "ABBA (baseline first on even rounds, xsa first on odd rounds)",
-            "data": "synthetic copy task (Zipf-random half, then the same half), the same batch for both arms",
-            "lr": "initial lr of each param group, constant",
-            "baseline_tok_per_s": summaries["baseline"]["tok_per_s"],
-            "xsa_tok_per_s": summaries["xsa"]["tok_per_s"],
-            "baseline_step_time_median_s": summaries["baseline"]["step_time_median_s"],
-            "xsa_step_time_median_s": summaries["xsa"]["step_time_median_s"],
-            **overhead_stats(base.times, xsa.times),
-            **({f"cpu_time_{k}": v for k, v in overhead_stats(base.cpu_times, xsa.cpu_times).items()}
-               if dev.type == "cpu" else {}),
-            "threads": torch.get_num_threads(),
-            "baseline_mfu": summaries["baseline"]["mfu"],
-            "xsa_mfu": summaries["xsa"]["mfu"],
-            "matmul_peak_flops": peak_flops,
-            "matmul_peak_dtype": peak_dtype,
-            "mfu_clock": "process CPU time" if dev.type == "cpu" else "wall time",
-            "peak_mem_bytes": (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else peak_rss_bytes()),
-            "peak_mem_kind": ("per arm: max over steps of CUDA max_memory_allocated within the step minus "
-                              "allocated at its start; peak_mem_bytes: process total, both arms resident"
-                              if dev.type == "cuda" else
-                              "process peak RSS (both arms resident; no per-arm split on CPU)"),
-            "arms": summaries,
-            "loss_curves": {name: arm.losses for name, arm in arms.items()},
-            "provenance": provenance(config_hash=cfg.config_hash(), seed=seed, device=device_name(dev),
-                                     wall_time_s=round(time.time() - t_start, 3),
-                                     extra={"xsa_config_hash": cfgs["xsa"].config_hash()}),
-        }
+                arms[name].step(r, micro, timed)
+            if out is not None and timed and (r - warmup + 1) % 10 == 0 and r + 1 < warmup + steps:
+                atomic_write_json(out, record(complete=False))
+        result = record(complete=True)
+        if out is not None:
+            atomic_write_json(out, result)
+        return result
 
 
 def _pct(result: dict, key: str) -> str:
@@ -261,46 +266,38 @@ def _pct(result: dict, key: str) -> str:
     return f"{100 * result[f'{key}_ratio']:+.2f}% [{100 * lo:+.2f}, {100 * hi:+.2f}]"
 
 
-def plot_throughput(result: dict, path_stem) -> list[Path]:
+def plot_throughput(result: dict, out_dir, name: str):
     """Step times of both arms by round (left: drift shows, pairs line up) and their loss curves (right)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(9, 3.2))
-    for name in ARMS:
-        times, cpu = result["arms"][name]["step_times_s"], result["arms"][name].get("step_cpu_times_s")
-        line, = ax_t.plot(range(len(times)), times, marker="o", ms=3,
-                          label=f"{name} wall (median {statistics.median(times):.3g} s)")
+    from xsa.report.figures import new_figure, save_figure
+    fig, axes = new_figure(ncols=2, figsize=(9, 3.2))
+    ax_t, ax_l = axes[0]
+    for i, arm in enumerate(ARMS):
+        times, cpu = result["arms"][arm]["step_times_s"], result["arms"][arm].get("step_cpu_times_s")
+        ax_t.plot(range(len(times)), times, marker="o", ms=3, color=f"C{i}",
+                  label=f"{arm} wall (median {statistics.median(times):.3g} s)")
         if cpu:  # on CPU: the process's own CPU time, immune to other programs' load
-            ax_t.plot(range(len(cpu)), cpu, ls="--", color=line.get_color(),
-                      label=f"{name} CPU time (median {statistics.median(cpu):.3g} s)")
-        ax_l.plot(range(1, len(result["loss_curves"][name]) + 1), result["loss_curves"][name], label=name)
+            ax_t.plot(range(len(cpu)), cpu, ls="--", color=f"C{i}",
+                      label=f"{arm} CPU time (median {statistics.median(cpu):.3g} s)")
+        ax_l.plot(range(1, len(result["loss_curves"][arm]) + 1), result["loss_curves"][arm], color=f"C{i}", label=arm)
     title = [f"{result['preset']}: XSA overhead, wall {_pct(result, 'overhead')}"]
     if "cpu_time_overhead_ratio" in result:
         title.append(f"CPU time {_pct(result, 'cpu_time_overhead')}")
     ax_t.set_title("; ".join(title), fontsize=9)
-    ax_t.set_xlabel("measured round")
-    ax_t.set_ylabel("step time (s)")
+    ax_t.set(xlabel="measured round", ylabel="step time (s)")
     ax_l.set_title("training loss, synthetic copy task", fontsize=9)
     ax_l.set_xlabel("step")
     for ax in (ax_t, ax_l):
-        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    stem = Path(path_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir, name)
 
 
 def main(argv=None):
-    from xsa.records import atomic_write_json
+    from xsa.config import PRESETS, ConfigError
+    from xsa.records import REPO_ROOT
     p = argparse.ArgumentParser(prog="python -m xsa.throughput", description=(
-        "Step time, tokens/s, peak memory and MFU of the baseline and the XSA arm (alpha=1, all "
-        "layers), alternated in one process, with the XSA overhead ratio and a bootstrap 95%% CI."))
+        "Step time, tokens/s, peak memory and MFU of the study's baseline (no XSA layer) and XSA arm "
+        "(alpha=1, every layer), alternated in one process, with the XSA overhead ratio and a bootstrap "
+        "95%% CI. Results are written as they arrive."))
     p.add_argument("--preset", required=True, help="a preset of xsa/config.py (smoke, cpu-d4, cpu-d8, d12, d24)")
     p.add_argument("--steps", type=int, default=20, help="measured steps per arm after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="discarded warm-up steps per arm (default 5)")
@@ -309,33 +306,49 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="output JSON (default results/throughput/PRESET.json)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: autodetect)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile both models (default: on for CUDA, off on CPU)")
-    p.add_argument("--grad-accum", type=int, default=None,
-                   help="micro batches per step (default: the preset's total_batch_size / device batch)")
     p.add_argument("--device-batch-size", type=int, default=None, help="override the preset's device batch")
+    p.add_argument("--total-batch-size", type=int, default=None,
+                   help="override the preset's tokens per step (fewer accumulation micro-batches)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     args = p.parse_args(argv)
-    from xsa.config import PRESETS
     if args.preset not in PRESETS:
         p.error(f"--preset: unknown preset {args.preset!r} (choose from {', '.join(PRESETS)})")
+    for name in ("steps", "device_batch_size", "total_batch_size", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    for name in ("warmup", "train_steps"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.steps < 20:
         print(f"note: --steps {args.steps} < 20; fine for a dry run, too few for a reported number")
-    from xsa.records import REPO_ROOT
     out = Path(args.out) if args.out else REPO_ROOT / "results" / "throughput" / f"{args.preset}.json"
     if out.exists() and not args.overwrite:
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
-    result = run_throughput(args.preset, steps=args.steps, warmup=args.warmup, train_steps=args.train_steps,
-                            device=args.device, seed=args.seed, compile=args.compile,
-                            grad_accum=args.grad_accum, device_batch_size=args.device_batch_size,
-                            threads=args.threads)
-    atomic_write_json(out, result)
+    if out.is_dir() or not _writable(out.parent):
+        p.error(f"--out: cannot write {out}")
+    overrides = {k: getattr(args, k) for k in ("device_batch_size", "total_batch_size") if getattr(args, k)}
+    try:
+        result = run_throughput(args.preset, steps=args.steps, warmup=args.warmup, train_steps=args.train_steps,
+                                device=args.device, seed=args.seed, threads=args.threads, overrides=overrides,
+                                out=out)
+    except ConfigError as e:
+        p.error(str(e))
     lo, hi = result["overhead_ci95"]
     print(f"{args.preset} on {result['device']}: baseline {result['baseline_tok_per_s']:,.0f} tok/s, "
           f"xsa {result['xsa_tok_per_s']:,.0f} tok/s, overhead {100 * result['overhead_ratio']:+.2f}% "
           f"(95% CI {100 * lo:+.2f}% .. {100 * hi:+.2f}%), MFU {100 * result['baseline_mfu']:.1f}%")
     print(f"wrote {out}")
+
+
+def _writable(folder: Path) -> bool:
+    """Whether files can be created in `folder` (made if missing)."""
+    import os
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """
-Train one arm: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on a data subset.
+Train one run: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on a data subset.
 
-    python -m xsa.train --preset cpu-d4 --alpha 1 --out results/runs/cpu-d4-xsa
+    python -m xsa.train --preset cpu-d4 --alpha 1                 # -> results/runs/cpu-d4_xsa1_s0
     torchrun --nproc_per_node=8 -m xsa.train --preset d12        (DDP: nccl on CUDA, gloo on CPU)
 
 Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss
@@ -14,40 +14,38 @@ tok_per_s, mfu, and on eval steps val_bpb and diag (attention diagnostics per la
 4-row validation batch, see xsa/diagnostics.py). train_loss_ema is an EMA (beta 0.9) of every
 step's train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
 
-Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32, eager) are detected automatically.
-CPU runs resume bit-exactly (at the same thread count): the data loader is a pure function of
-(seed, step, micro-batch), and checkpoints hold the model, optimizers, loop values and RNG states.
+Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32, eager) are detected automatically
+(the precision policy of xsa/step.py). CPU runs resume bit-exactly (at the same thread count): the
+data loader is a pure function of (seed, step, micro-batch), and checkpoints hold the model,
+optimizers, loop values and RNG states.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import math
-import platform
 import shutil
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from xsa import checkpoint as ckpt
 from xsa.bpb import evaluate_bpb
-from xsa.common import autodetect_device, cache_dir, device_name, dist_info, matmul_peak_flops, print0
-from xsa.config import ConfigError, TrainConfig, make_config
+from xsa.common import autodetect_device, clock, device_name, dist_info, mfu, peak_flops, print0
+from xsa.config import ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
-from xsa.optim import build_optimizers
-from xsa.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance,
-                         read_json, read_jsonl)
+from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
+from xsa.step import Step
 
 EMA_BETA = 0.9
-MUON_MOMENTUM_START = 0.85
+DIAG_ROWS = 4  # validation rows of the attention diagnostics logged at every evaluation
 
 
 class TrainingDiverged(RuntimeError):
@@ -55,70 +53,7 @@ class TrainingDiverged(RuntimeError):
 
 
 # -----------------------------------------------------------------------------
-# Schedules, as functions of the index `it` of the update being made (0-based), as nanochat
-
-def lr_multiplier(it: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, constant, then linear warm-down to final_lr_frac."""
-    n = cfg.num_iterations
-    warmup, warmdown = round(cfg.warmup_ratio * n), round(cfg.warmdown_ratio * n)
-    if it < warmup:
-        return (it + 1) / warmup
-    if it <= n - warmdown:
-        return 1.0
-    progress = (n - it) / warmdown
-    return progress + (1 - progress) * cfg.final_lr_frac
-
-
-def muon_momentum(it: int, cfg: TrainConfig) -> float:
-    frac = min(it / max(cfg.muon_momentum_warmup_steps, 1), 1.0)
-    return (1 - frac) * MUON_MOMENTUM_START + frac * cfg.muon_momentum
-
-
-def weight_decay_multiplier(it: int, cfg: TrainConfig) -> float:
-    return 1 - it / cfg.num_iterations
-
-
-# -----------------------------------------------------------------------------
-# Peak FLOPs for MFU
-
-GPU_PEAK_BF16 = {  # dense bf16 tensor-core FLOP/s from vendor datasheets
-    "H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12,
-    "A10": 125e12, "4090": 165e12, "3090": 71e12,
-}
-
-
-def peak_flops(device: torch.device) -> float | None:
-    """The device's peak FLOP/s: a datasheet value for known GPUs; on CPU a measured fp32 matmul
-    rate (the fastest any model matmul can run here), cached in cache_dir()/peak_flops.json."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        return next((v for k, v in GPU_PEAK_BF16.items() if k in name), None)
-    if device.type != "cpu":
-        return None
-    key = f"{platform.machine()}|{platform.processor()}|threads={torch.get_num_threads()}|torch={torch.__version__}"
-    path = Path(cache_dir()) / "peak_flops.json"
-    table = {}
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
-    if key not in table:
-        table[key] = matmul_peak_flops(device, wall=True)[0]
-        try:
-            atomic_write_text(path, json.dumps(table, indent=2, sort_keys=True) + "\n")
-        except OSError:
-            pass  # a read-only cache only costs a re-measurement next time
-    return table[key]
-
-
-# -----------------------------------------------------------------------------
 # The run folder
-
-def default_run_name(cfg: TrainConfig) -> str:
-    m = cfg.model
-    xsa = "base" if not m.xsa_layer_set() else f"xsa{m.xsa_alpha:g}-{m.xsa_layers.replace(',', '_').replace(':', '')}-{m.xsa_value}"
-    return f"{cfg.preset}_{xsa}_{cfg.optimizer}_s{cfg.seed}"
-
 
 def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     diffs = []
@@ -140,6 +75,13 @@ def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -
         diffs = _config_diff({k: v for k, v in saved.items() if k != "data_dir"}, cfg.to_dict())
         if diffs:
             raise ConfigError(f"resume: the config differs from {cfg_path}: " + "; ".join(diffs))
+        metrics = out / "metrics.jsonl"
+        trained = (out / "summary.json").exists() or (
+            metrics.exists() and any(r.get("step", 0) > 0 for r in read_jsonl(metrics)))
+        if trained and not ckpt.state_path(out).exists():
+            # never restart a trained run from step 0 behind the user's back
+            raise FileNotFoundError(f"resume: {ckpt.state_path(out)} is missing, so {out} cannot be resumed; "
+                                    "pass --overwrite instead of --resume to train it again from step 0")
         return saved
     if out.exists() and any(out.iterdir()):
         if not overwrite:
@@ -154,6 +96,23 @@ def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -
 def _barrier(is_ddp: bool):
     if is_ddp:
         dist.barrier()
+
+
+@dataclass
+class Loop:
+    """The loop's running values: checkpointed, so a resumed run continues its log and timers."""
+    ema: float = 0.0  # the raw (not debiased) EMA of the train loss
+    train_time_s: float = 0.0  # wall time of timed training (evaluation, checkpoints, warm-up excluded)
+    train_clock_s: float = 0.0  # the same on the device clock (CPU time on CPU), for MFU
+    timed_tokens: int = 0
+    wall_time_s: float = 0.0  # wall time of the whole run, every process counted
+    cpu_time_s: float = 0.0  # CPU time of the whole run (this process's threads)
+    val_bpb: float | None = None
+    train_loss: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Loop":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 # -----------------------------------------------------------------------------
@@ -188,20 +147,15 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
             dist.destroy_process_group()
 
 
-def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
-    from tqdm.auto import tqdm
+def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
+    """Check the run folder and the data on every rank before rank 0 writes anything; return
+    (saved config.json or None, data folder, tokenizer)."""
     from xsa.data import ensure_data
-    from xsa.data.loader import TokenLoader, val_batches
     from xsa.data.tokenizer import Tokenizer
-
-    t_wall = time.time()
-    T, B = cfg.model.sequence_len, cfg.device_batch_size
-    if cfg.total_batch_size % (B * T * world) != 0:
+    rows = cfg.device_batch_size * cfg.model.sequence_len * world
+    if cfg.total_batch_size % rows != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
-                          f"* sequence_len * world_size ({B} * {T} * {world})")
-    grad_accum = cfg.total_batch_size // (B * T * world)
-
-    # Check everything about the run folder on every rank before rank 0 writes anything
+                          f"* sequence_len * world_size ({cfg.device_batch_size} * {cfg.model.sequence_len} * {world})")
     saved = _check_run_dir(out, cfg, resume, overwrite)
     _barrier(is_ddp)
     if data_dir is None and saved is not None:
@@ -216,172 +170,165 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     if tokenizer.vocab_size != cfg.model.vocab_size:
         raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
                           f"the config has {cfg.model.vocab_size}")
-    token_bytes = tokenizer.token_bytes.to(device)
+    return saved, data_dir, tokenizer
 
-    # Model: initialised on the CPU from the seed, so every device starts from the same weights
-    torch.manual_seed(cfg.seed)
-    raw_model = GPT(cfg.model)
-    raw_model.init_weights()
-    raw_model.to(device)
-    optimizers = build_optimizers(raw_model, cfg, world)
 
-    step, loop = 0, dict(ema=0.0, train_time_s=0.0, timed_tokens=0, wall_time_s=0.0,
-                         val_bpb=None, train_loss=None)
-    metrics_path = out / "metrics.jsonl"
-    if saved is not None and ckpt.state_path(out).exists():
-        step, loop = ckpt.load_training_state(out, model=raw_model, optimizers=optimizers, config=cfg)
-        print0(f"resuming {out} at step {step}")
+def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) -> None:
+    """(rank 0) Write config.json; keep the metrics lines up to the checkpoint resumed from."""
+    if saved is None and out.exists():
+        shutil.rmtree(out)  # --overwrite of a run folder (checked above)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
+    metrics = out / "metrics.jsonl"
+    # a killed run may have logged past its last checkpoint: drop those lines, they are redone
+    kept = [r for r in read_jsonl(metrics) if r["step"] <= step] if metrics.exists() and step else []
+    atomic_write_text(metrics, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+
+
+def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
+    """evaluate() -> {"val_bpb", and on rank 0 "diag"}: bpb on the fixed validation stream (each
+    rank takes every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4 rows."""
+    from xsa.data.loader import val_batches
+    B, T = cfg.device_batch_size, cfg.model.sequence_len
+    diag_x = None
     if rank == 0:
-        if saved is None and out.exists():
-            shutil.rmtree(out)  # --overwrite of a run folder (checked above)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
-        # a killed run may have logged past its last checkpoint: drop those lines, they are redone
-        kept = [r for r in read_jsonl(metrics_path) if r["step"] <= step] if metrics_path.exists() and step else []
-        atomic_write_text(metrics_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
-    _barrier(is_ddp)
-
-    # bf16 autocast + compile on CUDA; fp32 eager elsewhere (bf16 matmuls are slow on CPUs)
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                else contextlib.nullcontext())
-    fwd_model = torch.compile(raw_model, dynamic=False) if device.type == "cuda" else raw_model
-    train_model = DDP(fwd_model, device_ids=[device.index] if device.type == "cuda" else None) if is_ddp else fwd_model
-
-    loader = TokenLoader(data_dir, split="train", batch_size=B, seq_len=T, rows_per_step=cfg.total_batch_size // T,
-                         seed=cfg.seed, rank=rank, world_size=world, device=device)
-
-    def eval_bpb() -> float:
-        batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=device)
-        with autocast:  # each rank takes every world-th batch; evaluate_bpb all-reduces the sums
-            return evaluate_bpb(fwd_model, itertools.islice(batches, rank, None, world), token_bytes)
-
-    # attention diagnostics at every evaluation, on a small fixed validation batch (rank 0 only)
-    diag_rows = min(B, 4)
-    diag_x = next(iter(val_batches(data_dir, batch_size=diag_rows, seq_len=T, max_tokens=diag_rows * T,
-                                   device=device)))[0] if rank == 0 else None
+        rows = min(B, DIAG_ROWS)
+        diag_x = next(iter(val_batches(data_dir, batch_size=rows, seq_len=T, max_tokens=rows * T,
+                                       device=step.device)))[0]
 
     def evaluate() -> dict:
-        record = {"val_bpb": eval_bpb()}
-        if rank == 0:
-            with autocast:
-                record["diag"] = diagnostics_snapshot(raw_model, diag_x)
+        batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=step.device)
+        with step.precision.context():
+            record = {"val_bpb": evaluate_bpb(step.forward, itertools.islice(batches, rank, None, world), token_bytes)}
+            if rank == 0:
+                record["diag"] = diagnostics_snapshot(step.model, diag_x)
         return record
+    return evaluate
 
-    def write_metrics(record: dict):
-        if rank == 0:
-            append_jsonl(metrics_path, record)
 
-    num_iterations = cfg.num_iterations
-    end = num_iterations if max_steps is None else min(num_iterations, max_steps)
-    flops_per_token = raw_model.estimate_flops()
-    peak = peak_flops(device)
-    params = list(raw_model.parameters())
+def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
+    return TrainingDiverged(f"training diverged: {what} at step {step}; stopped. The last good checkpoint "
+                            f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
+
+
+def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
+    from tqdm.auto import tqdm
+    from xsa.data.loader import TokenLoader
+
+    # open the run: folder, data, tokenizer
+    t_wall, t_cpu = time.time(), time.process_time()
+    saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world)
+    B, T = cfg.device_batch_size, cfg.model.sequence_len
+    grad_accum = cfg.total_batch_size // (B * T * world)
+
+    # build: the model (initialised on the CPU from the seed, so every device starts from the same
+    # weights), its training step, the loader and the evaluator
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.model)
+    model.init_weights()
+    model.to(device)
+    step_fn = Step(model, cfg, device, world_size=world, ddp=is_ddp)
+    step, loop = 0, Loop()
+    if saved is not None and ckpt.state_path(out).exists():
+        step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
+        loop = Loop.from_dict(loop_state)
+        print0(f"resuming {out} at step {step}")
+    if rank == 0:
+        _start_log(out, cfg, saved, data_dir, step)
+    _barrier(is_ddp)
+    loader = TokenLoader(data_dir, split="train", batch_size=B, seq_len=T, rows_per_step=cfg.total_batch_size // T,
+                         seed=cfg.seed, rank=rank, world_size=world, device=device)
+    evaluate = _evaluator(cfg, data_dir, tokenizer.token_bytes.to(device), step_fn, rank, world)
+    write = (lambda record: append_jsonl(out / "metrics.jsonl", record)) if rank == 0 else (lambda record: None)
+
+    end = cfg.num_iterations if max_steps is None else min(cfg.num_iterations, max_steps)
+    flops_per_token, peak = model.estimate_flops(), peak_flops(device)
     ema_dtype = torch.float32 if device.type == "mps" else torch.float64
-    ema = torch.tensor(loop["ema"], dtype=ema_dtype, device=device)
-    print0(f"{cfg.preset}: {raw_model.num_params():,} params, {num_iterations} steps of {cfg.total_batch_size:,} "
+    ema = torch.tensor(loop.ema, dtype=ema_dtype, device=device)
+    print0(f"{cfg.preset}: {model.num_params():,} params, {cfg.num_iterations} steps of {cfg.total_batch_size:,} "
            f"tokens ({grad_accum} micro-batches x {world} ranks), device {device_name(device)}")
-
     if step == 0:
-        record = evaluate()
-        loop["val_bpb"] = record["val_bpb"]
-        write_metrics({"step": 0, **record})
+        loop.val_bpb = (record := evaluate())["val_bpb"]
+        write({"step": 0, **record})
 
+    # the loop: one update per iteration; the logged loss is the only host sync of a plain step
     pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
-    t_last, steps_since_log, paused, first_step = time.perf_counter(), 0, 0.0, step
+    first, since_log, paused = step, 0, 0.0
+    t_last, c_last = time.perf_counter(), clock(device)
     while step < end:
-        lrm, mom, wdm = lr_multiplier(step, cfg), muon_momentum(step, cfg), weight_decay_multiplier(step, cfg)
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group["lr"] = group["initial_lr"] * lrm
-                group["weight_decay"] = group["initial_wd"] * wdm
-                if "momentum" in group:
-                    group["momentum"] = mom
-        loss_sum = torch.zeros((), device=device)
-        for micro in range(grad_accum):
-            x, y = loader.get(step, micro)
-            # DDP all-reduces gradients on the last micro-batch only
-            sync = train_model.no_sync() if is_ddp and micro < grad_accum - 1 else contextlib.nullcontext()
-            with sync:
-                with autocast:
-                    loss = train_model(x, y)
-                (loss / grad_accum).backward()
-            loss_sum += loss.detach()
-        for opt in optimizers:
-            opt.step()
-        raw_model.zero_grad(set_to_none=True)
-        step += 1
-        steps_since_log += 1
-
-        loss_step = loss_sum / grad_accum
+        loss = step_fn(step, (loader.get(step, m) for m in range(grad_accum)), grad_accum)
+        step, since_log = step + 1, since_log + 1
         if is_ddp:  # one scalar per step, no host sync
-            dist.all_reduce(loss_step)
-            loss_step /= world
-        ema.mul_(EMA_BETA).add_(loss_step.to(ema_dtype), alpha=1 - EMA_BETA)
+            dist.all_reduce(loss)
+            loss /= world
+        ema.mul_(EMA_BETA).add_(loss.to(ema_dtype), alpha=1 - EMA_BETA)
         pbar.update(1)
-
-        log_now = step % cfg.log_every == 0 or step == end
-        eval_now = step % cfg.eval_every == 0 or step == end
         record = {"step": step}
-        if log_now:
-            train_loss = loss_step.item()  # the only host sync of a non-eval step
-            if not math.isfinite(train_loss):
-                raise TrainingDiverged(
-                    f"training diverged: train loss is {train_loss} at step {step}; stopped. The last good "
-                    f"checkpoint ({ckpt.state_path(out)}) is intact; nothing after it was saved.")
-            dt = time.perf_counter() - t_last - paused
-            tokens = steps_since_log * cfg.total_batch_size
-            if step - steps_since_log > first_step:  # the first update of a process includes warm-up
-                loop["train_time_s"] += dt
-                loop["timed_tokens"] += tokens
-            tok_per_s = tokens / dt
-            loop["train_loss"] = train_loss
-            record.update(train_loss=train_loss, train_loss_ema=ema.item() / (1 - EMA_BETA ** step),
-                          lr_mult=lrm, tok_per_s=tok_per_s,
-                          mfu=flops_per_token * tok_per_s / (peak * world) if peak else None)
-            pbar.set_postfix(loss=f"{train_loss:.4f}", tok_s=f"{tok_per_s:,.0f}")
-            t_last, steps_since_log, paused = time.perf_counter(), 0, 0.0
+        if step % cfg.log_every == 0 or step == end:
+            loop.train_loss = loss.item()
+            if not math.isfinite(loop.train_loss):
+                raise _diverged(f"train loss is {loop.train_loss}", step, out)
+            dt, dc = time.perf_counter() - t_last - paused, clock(device) - c_last - paused
+            tokens = since_log * cfg.total_batch_size
+            if step - since_log > first:  # the first update of a process includes warm-up
+                loop.train_time_s, loop.train_clock_s = loop.train_time_s + dt, loop.train_clock_s + dc
+                loop.timed_tokens += tokens
+            record.update(train_loss=loop.train_loss, train_loss_ema=ema.item() / (1 - EMA_BETA ** step),
+                          lr_mult=step_fn.lr, tok_per_s=tokens / dt,
+                          mfu=mfu(flops_per_token, tokens, dc, peak, world))
+            pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
+            t_last, c_last, since_log, paused = time.perf_counter(), clock(device), 0, 0.0
         t_pause = time.perf_counter()  # evaluation and checkpoints are not training time
-        if eval_now:
+        if step % cfg.eval_every == 0 or step == end:
             record.update(evaluate())
-            loop["val_bpb"] = record["val_bpb"]
+            loop.val_bpb = record["val_bpb"]
             if progress and rank == 0:
-                pbar.write(f"step {step}: val bpb {loop['val_bpb']:.4f}")
-        if log_now or eval_now:
-            write_metrics(record)
+                pbar.write(f"step {step}: val bpb {loop.val_bpb:.4f}")
+        if len(record) > 1:
+            write(record)
         if step % cfg.checkpoint_every == 0 or step == end:
             # never save non-finite weights over a good checkpoint (a NaN may appear between log steps)
-            if not torch.stack([p.isfinite().all() for p in params]).all():
-                raise TrainingDiverged(
-                    f"training diverged: non-finite weights at step {step}; stopped. The last good "
-                    f"checkpoint ({ckpt.state_path(out)}) is intact; nothing after it was saved.")
-            loop["ema"] = ema.item()
-            loop["wall_time_s"] += time.time() - t_wall
-            t_wall = time.time()
+            if not torch.stack([p.isfinite().all() for p in model.parameters()]).all():
+                raise _diverged("non-finite weights", step, out)
+            loop.ema = ema.item()
+            t_wall, t_cpu = _add_times(loop, t_wall, t_cpu)
             if rank == 0:
-                ckpt.save_training_state(out, model=raw_model, optimizers=optimizers, step=step,
-                                         loop_state=loop, config=cfg)
+                ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
+                                         loop_state=asdict(loop), config=cfg)
         paused += time.perf_counter() - t_pause
     pbar.close()
+    _add_times(loop, t_wall, t_cpu)
+    return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp)
 
-    loop["wall_time_s"] += time.time() - t_wall
+
+def _add_times(loop: Loop, t_wall: float, t_cpu: float) -> tuple[float, float]:
+    """Add the wall and CPU time since (t_wall, t_cpu) to the loop's totals; return the new marks."""
+    now_wall, now_cpu = time.time(), time.process_time()
+    loop.wall_time_s += now_wall - t_wall
+    loop.cpu_time_s += now_cpu - t_cpu
+    return now_wall, now_cpu
+
+
+def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp) -> dict:
+    """Write the final model, summary.json and provenance.json (rank 0); return the summary."""
     summary = dict(
-        val_bpb=loop["val_bpb"], steps=step, tokens=step * cfg.total_batch_size, num_iterations=num_iterations,
-        complete=step == num_iterations,
-        tok_per_s=loop["timed_tokens"] / loop["train_time_s"] if loop["train_time_s"] else None,
+        val_bpb=loop.val_bpb, steps=step, tokens=step * cfg.total_batch_size, num_iterations=cfg.num_iterations,
+        complete=step == cfg.num_iterations,
+        tok_per_s=loop.timed_tokens / loop.train_time_s if loop.train_time_s else None,
         seed=cfg.seed, preset=cfg.preset, xsa_alpha=cfg.model.xsa_alpha, xsa_layers=cfg.model.xsa_layers,
         xsa_value=cfg.model.xsa_value, optimizer=cfg.optimizer, config_hash=cfg.config_hash(),
-        final_weights_sha256=ckpt.weights_sha256(raw_model.state_dict()),
-        train_loss_final=loop["train_loss"], wall_time_s=loop["wall_time_s"],
+        final_weights_sha256=ckpt.weights_sha256(model.state_dict()),
+        train_loss_final=loop.train_loss, wall_time_s=loop.wall_time_s, cpu_time_s=loop.cpu_time_s,
         world_size=world, device=device_name(device),
     )
     if rank == 0:
-        ckpt.save_model(out, model=raw_model, config=cfg, step=step)
+        ckpt.save_model(out, model=model, config=cfg, step=step)
         atomic_write_json(out / "summary.json", summary)
         atomic_write_json(out / "provenance.json", provenance(
             config_hash=cfg.config_hash(), seed=cfg.seed, device=device_name(device),
-            wall_time_s=loop["wall_time_s"],
+            wall_time_s=loop.wall_time_s,
             extra=dict(world_size=world, data_dir=str(data_dir), num_threads=torch.get_num_threads(),
-                       command=" ".join(sys.argv))))
+                       cpu_time_s=loop.cpu_time_s, command=" ".join(sys.argv))))
     _barrier(is_ddp)
     return summary
 
@@ -390,16 +337,20 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
 # Command line
 
 def main(argv=None):
+    from xsa.spec import Run
     p = argparse.ArgumentParser(prog="python -m xsa.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True, help="a preset of xsa/config.py (smoke, cpu-d4, cpu-d8, d12, d24)")
-    p.add_argument("--alpha", type=float, default=None, help="XSA strength in [0, 1] (0 = standard attention)")
-    p.add_argument("--xsa-layers", default=None, help="all | none | last:K | first:K | comma list of layer indices")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="XSA strength in [0, 1]; alone it applies to every layer (--alpha 0: the zero-strength "
+                        "formula, a control; the baseline is --xsa-layers none, the default)")
+    p.add_argument("--xsa-layers", default=None,
+                   help="where XSA runs: all | none | last:K | first:K | comma list of layer indices (alone: alpha 1)")
     p.add_argument("--xsa-value", default=None, choices=["mixed", "plain"],
                    help="project against the aggregated v (mixed, with value embedding) or c_v(x) alone (plain)")
     p.add_argument("--optimizer", default=None, choices=["muon", "adamw"], help="Muon+AdamW or AdamW alone")
-    p.add_argument("--seed", type=int, default=None, help="seed of initialisation and data order")
-    p.add_argument("--out", default=None, help="run folder (default: results/runs/<preset>_<arm>_<optimizer>_s<seed>)")
+    p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
+    p.add_argument("--out", default=None, help="run folder (default: results/runs/<run id>, e.g. cpu-d4_xsa1_s0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many updates (schedule unchanged)")
@@ -408,10 +359,11 @@ def main(argv=None):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     try:
-        cfg = make_config(args.preset, xsa_alpha=args.alpha, xsa_layers=args.xsa_layers, xsa_value=args.xsa_value,
-                          optimizer=args.optimizer, seed=args.seed)
-        out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / default_run_name(cfg)
-        summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
+        overrides = dict(xsa_alpha=args.alpha, xsa_layers=args.xsa_layers, xsa_value=args.xsa_value,
+                         optimizer=args.optimizer)
+        run = Run.of(args.preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
+        out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
+        summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
                         data_dir=args.data_dir, device=args.device, progress=not args.no_progress)
     except (ConfigError, FileExistsError, FileNotFoundError, TrainingDiverged, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

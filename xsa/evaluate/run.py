@@ -8,7 +8,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from xsa.common import autodetect_device, device_name
-from xsa.records import atomic_write_json, atomic_write_text, provenance, read_json
+from xsa.records import atomic_write_json, provenance, read_json
 
 
 def merge_json(path, update: dict) -> dict:
@@ -79,25 +79,7 @@ def task_rows(record: dict, run: str = "") -> list[dict]:
     for suite, key in (("CORE", "tasks"), ("ChatCORE", "chat_tasks")):
         for label, r in record.get(key, {}).items():
             rows.append({"run": run, "suite": suite, "task": label, "n": r["n"],
-                         "accuracy": round(r["accuracy"], 4), "centered": round(r["centered"], 4)})
+                         "accuracy": r["accuracy"], "centered": r["centered"]})
     for label in record.get("missing", []):
         rows.append({"run": run, "suite": "CORE", "task": label, "n": 0, "accuracy": None, "centered": None})
     return rows
-
-
-def write_table(rows: list[dict], stem) -> tuple[Path, Path]:
-    """rows -> STEM.csv and STEM.md (atomic writes)."""
-    import csv
-    import io
-
-    stem = Path(stem)
-    cols = list(rows[0]) if rows else ["run", "suite", "task", "n", "accuracy", "centered"]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join("" if r[c] is None else str(r[c]) for c in cols) + " |" for r in rows]
-    atomic_write_text(stem.with_suffix(".csv"), buf.getvalue())
-    atomic_write_text(stem.with_suffix(".md"), "\n".join(md) + "\n")
-    return stem.with_suffix(".csv"), stem.with_suffix(".md")

@@ -136,26 +136,20 @@ LR_SCALE = 0.1  # SFT starts at this fraction of the pretraining learning rates 
 
 def finetune(model, tokenizer, config, convs: list, steps: int, device, batch_size: int | None = None,
              lr_scale: float = LR_SCALE) -> list[float]:
-    """`steps` optimizer updates over `convs`; the learning rate decays linearly to zero."""
-    from xsa.optim import build_optimizers
+    """`steps` optimizer updates over `convs` with the training Step (xsa/step.py: the run's
+    optimizers and precision policy); the learning rate decays linearly from lr_scale to zero,
+    momentum and weight decay stay at their configured values."""
+    from xsa.step import Schedules, Step
 
     torch.manual_seed(config.seed)
     model.train()
-    optimizers = build_optimizers(model, config)
-    bs = batch_size or config.device_batch_size
-    data = batches(tokenizer, convs, bs, config.model.sequence_len)
+    schedules = Schedules(lambda it: lr_scale * (1 - it / steps), lambda it: config.muon_momentum, lambda it: 1.0)
+    step = Step(model, config, torch.device(device), schedules=schedules)
+    data = batches(tokenizer, convs, batch_size or config.device_batch_size, config.model.sequence_len)
     losses = []
-    for step in tqdm(range(steps), desc="SFT", unit="step"):
+    for it in tqdm(range(steps), desc="SFT", unit="step"):
         x, y = next(data)
-        loss = model(x.to(device), y.to(device))
-        loss.backward()
-        lrm = lr_scale * (1 - step / steps)
-        for opt in optimizers:
-            for g in opt.param_groups:
-                g["lr"] = g["initial_lr"] * lrm
-            opt.step()
-        model.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+        losses.append(step(it, [(x.to(device), y.to(device))], 1).item())
     model.eval()
     return losses
 
@@ -169,7 +163,8 @@ def ensure_sft(model, tokenizer, config, out_dir: Path, steps: int = 300, source
     out_dir = Path(out_dir) / f"{source}-{steps}"
     weights, record = out_dir / "model.pt", out_dir / "sft.json"
     if weights.exists() and record.exists():
-        model.load_state_dict(torch.load(weights, map_location=device))
+        from xsa.checkpoint import load_checked
+        model.load_state_dict(load_checked(weights))
         model.eval()
         return read_json(record)
     t0 = time.time()

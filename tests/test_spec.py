@@ -1,0 +1,71 @@
+"""The run spec (xsa/spec.py) and the studies built from it (xsa/studies.py)."""
+
+import re
+
+import pytest
+
+from xsa.config import ConfigError, make_config
+from xsa.spec import Arm, Run, config_from_record
+from xsa.studies import STUDIES, get_study
+
+from conftest import REPO
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_every_study_run_round_trips_and_is_unique(name):
+    study = get_study(name)
+    ids = [r.run_id for r in study.runs]
+    assert len(ids) == len(set(ids)), "two runs of the study share a folder"
+    for run in study.runs:
+        cfg = run.config()
+        assert Run.from_config(cfg) == run  # the inverse: the config diffed against its preset
+        assert Run.from_config(config_from_record({**cfg.to_dict(), "data_dir": "/x"})) == run  # from disk
+        assert Run.from_dict(run.to_dict()) == run  # what the pipeline hands notebook 01
+
+
+def test_one_run_per_meaning():
+    assert Run.of("cpu-d4", xsa_alpha=1.0) == Run.of("cpu-d4", xsa_alpha=1, xsa_layers="all")
+    assert Run.of("cpu-d4", xsa_layers="all") == Run.of("cpu-d4", xsa_alpha=1.0)  # layers alone: alpha 1
+    assert Run.of("cpu-d4", matrix_lr=make_config("cpu-d4").matrix_lr) == Run.of("cpu-d4")  # no-op override
+    assert Run.of("cpu-d4", xsa_layers="0,0,1") == Run.of("cpu-d4", xsa_layers=" 1,0")
+    assert Run.of("cpu-d4", xsa_layers="0,0,1").config().model.xsa_layers == "0,1"
+    assert make_config("cpu-d4", xsa_layers=" 1").config_hash() == make_config("cpu-d4", xsa_layers="1").config_hash()
+
+
+def test_alpha_zero_through_the_formula_is_its_own_arm():
+    base, zero = Run.of("cpu-d4"), Run.of("cpu-d4", xsa_alpha=0.0)
+    assert (base.run_id, zero.run_id) == ("cpu-d4_base_s0", "cpu-d4_xsa0_s0")
+    assert zero.config().model.xsa_layer_set() and not base.config().model.xsa_layer_set()
+    assert base.config().config_hash() != zero.config().config_hash()
+
+
+def test_names_follow_one_rule():
+    assert Run.of("cpu-d4", seed=2, optimizer="adamw").run_id == "cpu-d4_adamw_base_s2"
+    assert Run.of("cpu-d4", xsa_alpha=1.0, xsa_layers="last:2").run_id == "cpu-d4_xsa1-last2_s0"
+    assert Run.of("cpu-d4", xsa_alpha=1.0, xsa_value="plain").run_id == "cpu-d4_xsa1-plain_s0"
+    assert Run.of("cpu-d4", xsa_alpha=0.25).run_id == "cpu-d4_xsa0.25_s0"
+    assert Run.of("cpu-d4", matrix_lr=0.04).run_id == "cpu-d4_base-mlr0.04_s0"
+    assert Arm.of("cpu-d4").with_(xsa_alpha=1.0).with_(xsa_layers="none", xsa_alpha=0.0) == Arm.of("cpu-d4")
+
+
+def test_bad_overrides_name_the_field():
+    with pytest.raises(ConfigError, match="learning_rate"):
+        Run.of("cpu-d4", learning_rate=1.0)
+    with pytest.raises(ConfigError, match="xsa_value"):
+        Run.of("cpu-d4", xsa_value="plain")  # no XSA layer would use it
+    with pytest.raises(ConfigError, match="run"):
+        Run.from_dict({"overrides": {}})
+
+
+def test_readme_study_table_agrees_with_the_default_study():
+    """The README's table of the default study: its run counts add up to the study's runs, and
+    every preset it names is one the study trains."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## The default study", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    body = [dict(zip(header, (c.strip() for c in r.strip("|").split("|")))) for r in rows[1:]]
+    study = get_study("default")
+    assert sum(int(r["runs"]) for r in body) == len(study.runs)
+    named = {p for r in body for p in re.split(r",\s*", r["preset"])}
+    assert named == set(study.presets())

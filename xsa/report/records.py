@@ -1,0 +1,88 @@
+"""
+Reading run records back: one dict per run folder, the numbers a table asks of a run, and the
+per-seed values of an arm that every paired statistic starts from.
+
+A run folder holds config.json, summary.json, eval.json, diagnostics.json, provenance.json and
+metrics.jsonl (see xsa/train.py). A record that is missing (evaluation not run yet, say) reads as
+None, and the numbers it would give read as None too: tables show `n/a`, never an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xsa.records import read_json, read_jsonl
+from xsa.spec import Arm, Run, config_from_record
+
+RECORDS = ("config", "summary", "eval", "diagnostics", "provenance")
+
+
+def _maybe_json(path: Path):
+    return read_json(path) if path.exists() else None
+
+
+def load_run(run_dir) -> dict:
+    run_dir = Path(run_dir)
+    rec = {name: _maybe_json(run_dir / f"{name}.json") for name in RECORDS}
+    metrics = run_dir / "metrics.jsonl"
+    rec["metrics"] = read_jsonl(metrics) if metrics.exists() else []
+    spec = Run.from_config(config_from_record(rec["config"]))
+    rec.update(id=run_dir.name, dir=run_dir, spec=spec, arm=spec.arm.name, preset=spec.preset,
+               variant=spec.arm.name[len(spec.preset) + 1:])  # the arm without its preset: base, xsa1, ...
+    return rec
+
+
+def load_runs(results_dir, run_ids=None) -> list[dict]:
+    """Run records under results_dir/runs (those in run_ids, if given) that have a config.json."""
+    root = Path(results_dir) / "runs"
+    dirs = [root / r for r in run_ids] if run_ids is not None else sorted(root.glob("*"))
+    return [load_run(d) for d in sorted(dirs) if (d / "config.json").exists()]
+
+
+def load_throughput(results_dir) -> dict:
+    return {p.stem: read_json(p) for p in sorted((Path(results_dir) / "throughput").glob("*.json"))}
+
+
+def _scalar(x):
+    """A per-layer value may be stored per head: average it."""
+    if isinstance(x, (list, tuple)):
+        xs = [_scalar(v) for v in x]
+        xs = [v for v in xs if v is not None]
+        return sum(xs) / len(xs) if xs else None
+    return x
+
+
+def metric(run: dict, name: str):
+    """One number of a run, or None: val_bpb, core, chatcore, diag_mass (mean over layers of the
+    final diagnostics), or task:<label> (centered accuracy of one CORE task)."""
+    if name == "val_bpb":
+        return (run["summary"] or {}).get("val_bpb")
+    if name == "diag_mass":
+        layers = (run["diagnostics"] or {}).get("layers")
+        if not layers:
+            return None
+        vals = [_scalar(layer.get("diag_mass")) for layer in layers]
+        return sum(vals) / len(vals)
+    ev = run["eval"] or {}
+    if name.startswith("task:"):
+        return (ev.get("tasks", {}).get(name[5:]) or {}).get("centered")
+    value = ev.get(name)
+    return value.get(name) if isinstance(value, dict) else value  # {"chatcore": {"chatcore": x, ...}} too
+
+
+def finished(runs) -> int:
+    """How many runs finished training (a run still in progress has a config but no summary)."""
+    return sum(1 for r in runs if r["summary"])
+
+
+def by_arm(runs) -> dict:
+    out = {}
+    for r in runs:
+        out.setdefault(r["arm"], []).append(r)
+    return out
+
+
+def per_seed(runs, arm: Arm | str, name: str) -> dict:
+    """{seed: metric} of the runs of one arm (by Arm or by arm name)."""
+    label = arm if isinstance(arm, str) else arm.name
+    return {r["spec"].seed: metric(r, name) for r in runs if r["arm"] == label}

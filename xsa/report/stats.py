@@ -1,0 +1,87 @@
+"""
+Statistics of the report, as pure functions of numbers: t-intervals over seeds, paired differences,
+contrasts of contrasts. Nothing here reads a file or formats text.
+
+An interval is an `Interval` (lo, hi), a number pair; tables format it only when they write.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A 95% interval (lo, hi); None ends where it cannot be computed (fewer than two values)."""
+    lo: float | None
+    hi: float | None
+
+    @property
+    def defined(self) -> bool:
+        return self.lo is not None and self.hi is not None
+
+    def excludes(self, value: float) -> bool:
+        return self.defined and not self.lo <= value <= self.hi
+
+    def text(self, digits: int = 4) -> str:
+        return "n/a" if not self.defined else f"[{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
+
+def _t_two_sided(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with integer df, in closed form (Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+    if df % 2 == 1:
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        s = math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0
+        return 2 / math.pi * (theta + s)
+    for k in range(1, df // 2):
+        term *= c2 * (2 * k - 1) / (2 * k)
+        total += term
+    return math.sin(theta) * total
+
+
+def t_critical(df: int, level: float = 0.95) -> float:
+    """The two-sided critical value of Student's t (bisection on the exact CDF)."""
+    lo, hi = 0.0, 1e3
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _t_two_sided(mid, df) < level else (lo, mid)
+    return (lo + hi) / 2
+
+
+def mean_ci(values, level: float = 0.95) -> dict:
+    """{n, mean, sd, ci: Interval} over the finite values; the interval needs at least two."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    n = len(xs)
+    if n == 0:
+        return dict(n=0, mean=None, sd=None, ci=Interval(None, None))
+    mean = sum(xs) / n
+    if n < 2:
+        return dict(n=1, mean=mean, sd=None, ci=Interval(None, None))
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t_critical(n - 1, level) * sd / math.sqrt(n)
+    return dict(n=n, mean=mean, sd=sd, ci=Interval(mean - half, mean + half))
+
+
+def differences(a: dict, b: dict) -> dict:
+    """{seed: b - a} over the seeds both have (each a dict seed -> value, None for missing)."""
+    return {s: b[s] - a[s] for s in sorted(a.keys() & b.keys()) if a[s] is not None and b[s] is not None}
+
+
+def paired(a: dict, b: dict) -> dict:
+    """b minus a per seed, as a mean with a t-interval (see mean_ci)."""
+    return mean_ci(differences(a, b).values())
+
+
+def contrast(first: dict, second: dict) -> dict:
+    """(second's per-seed differences) minus (first's), as a mean with a t-interval."""
+    return mean_ci([second[s] - first[s] for s in sorted(first.keys() & second.keys())])
+
+
+def relative(a, b):
+    """(b - a) / a, or None."""
+    return None if a is None or b is None or a == 0 else (b - a) / a

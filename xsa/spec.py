@@ -1,0 +1,163 @@
+"""
+One run, named once: a preset, the overrides that make its arm, and a seed.
+
+    run = Run.of("cpu-d4", seed=0, xsa_alpha=1.0)    # cpu-d4_xsa1_s0
+    cfg = run.config()                              # the TrainConfig it trains
+    Run.from_config(cfg) == run                     # the config diffed against its preset
+
+Overrides are kept in canonical form: exactly the fields where the run's config differs from what
+its preset (and recipe) gives, sorted by name. Two spellings of the same run (`xsa_alpha=1` alone,
+or with `xsa_layers="all"`) are therefore one Run, with one name and one folder, and a config read
+back from disk gives back the Run that trained it. Every stage (the study, the pipeline, notebook
+01, `python -m xsa.train`, the report) names runs through `Run.run_id`.
+
+An Arm is a Run without its seed: what seeds are averaged over and what comparisons pair up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from xsa.config import ConfigError, GPTConfig, TrainConfig, make_config
+
+# fields that never make an arm: the preset names the run's base, the seed is its own part
+_NOT_OVERRIDES = {"preset", "model", "seed"}
+# short names of fields in run ids (others appear under their own name)
+ALIASES = {"matrix_lr": "mlr", "embedding_lr": "elr", "unembedding_lr": "ulr", "sequence_len": "seq",
+           "num_tokens": "tok", "weight_decay": "wd"}
+
+
+def _flat(cfg: TrainConfig) -> dict[str, Any]:
+    """Model and training fields in one JSON-normal dict (the names make_config accepts)."""
+    d = cfg.to_dict()
+    model = d.pop("model")
+    return {**{k: v for k, v in d.items() if k not in _NOT_OVERRIDES}, **model}
+
+
+def _canonical(preset: str, config: TrainConfig) -> tuple[tuple[str, Any], ...]:
+    base, mine = _flat(make_config(preset, seed=config.seed)), _flat(config)
+    diff = {k: v for k, v in mine.items() if base.get(k) != v}
+    if "xsa_layers" in diff:  # make_config reads layers without alpha as alpha 1: keep alpha explicit
+        diff["xsa_alpha"] = mine["xsa_alpha"]
+    return tuple(sorted(diff.items()))
+
+
+def _label(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value).replace(":", "").replace(",", "+").replace(" ", "")
+
+
+def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
+    """The one naming rule: preset, optimizer if not the preset's, the attention arm, other overrides.
+
+    The attention arm is `base` (standard attention) or `xsa{alpha}` with the layer spec and the
+    value mode appended where they are not the defaults (e.g. xsa1, xsa0, xsa1-last2, xsa1-plain).
+    """
+    rest = dict(overrides)
+    parts = [preset]
+    if "optimizer" in rest:
+        parts.append(str(rest.pop("optimizer")))
+    for key in ("xsa_alpha", "xsa_layers", "xsa_value"):
+        rest.pop(key, None)
+    if not model.xsa_layer_set():
+        label = "base"
+    else:
+        label = f"xsa{model.xsa_alpha:g}"
+        if model.xsa_layers != "all":
+            label += "-" + _label(model.xsa_layers)
+        if model.xsa_value != "mixed":
+            label += "-" + model.xsa_value
+    for key, value in sorted(rest.items()):
+        label += f"-{ALIASES.get(key, key)}{_label(value)}"
+    parts.append(label)
+    return "_".join(parts)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A preset and its canonical overrides: a run without its seed."""
+    preset: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, preset: str, **overrides) -> "Arm":
+        return Run.of(preset, seed=0, **overrides).arm
+
+    def config(self, seed: int = 0) -> TrainConfig:
+        return make_config(self.preset, seed=seed, **dict(self.overrides))
+
+    def run(self, seed: int) -> "Run":
+        return Run(self.preset, self.overrides, seed)
+
+    def runs(self, seeds) -> list["Run"]:
+        return [self.run(s) for s in seeds]
+
+    def with_(self, **overrides) -> "Arm":
+        """This arm with more overrides (canonicalised again: an override back to the preset's
+        value drops out)."""
+        return Arm.of(self.preset, **{**dict(self.overrides), **overrides})
+
+    def get(self, name: str):
+        """The value of a config field (model or training) in this arm."""
+        return _flat(self.config())[name]
+
+    @property
+    def name(self) -> str:
+        return arm_name(self.preset, dict(self.overrides), self.config().model)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: (preset, overrides, seed). Construct with Run.of (canonical overrides)."""
+    preset: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+    seed: int = 0
+
+    @classmethod
+    def of(cls, preset: str, seed: int = 0, **overrides) -> "Run":
+        return cls.from_config(make_config(preset, seed=seed, **overrides))
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> "Run":
+        """The inverse of config(): the config diffed against its preset."""
+        return cls(config.preset, _canonical(config.preset, config), config.seed)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Run":
+        """From the JSON form (what the pipeline hands notebook 01): {preset, overrides, seed}."""
+        try:
+            return cls.of(d["preset"], seed=d.get("seed", 0), **dict(d.get("overrides") or {}))
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"run: expected {{preset, overrides, seed}}, got {d!r} ({e})") from None
+
+    def to_dict(self) -> dict:
+        return {"preset": self.preset, "overrides": dict(self.overrides), "seed": self.seed}
+
+    def config(self) -> TrainConfig:
+        return make_config(self.preset, seed=self.seed, **dict(self.overrides))
+
+    @property
+    def arm(self) -> Arm:
+        return Arm(self.preset, self.overrides)
+
+    @property
+    def run_id(self) -> str:
+        """Readable and unique per (preset, overrides, seed), e.g. cpu-d4_xsa1_s0, cpu-d4_adamw_base_s2."""
+        return f"{self.arm.name}_s{self.seed}"
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+def config_from_record(record: dict) -> TrainConfig:
+    """A TrainConfig from a run folder's config.json (extra keys such as data_dir are ignored)."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    try:
+        return TrainConfig.from_dict({k: v for k, v in record.items() if k in fields})
+    except (TypeError, KeyError) as e:
+        raise ConfigError(f"config.json: not a training config ({e})") from None
