@@ -6,7 +6,8 @@ import torch
 
 from xsa.config import make_config
 from xsa.model import GPT
-from xsa.optim import (POLAR_EXPRESS_COEFFS, QUINTIC_COEFFS, Muon, build_optimizers, orthogonalize)
+from xsa.optim import (POLAR_EXPRESS_COEFFS, QUINTIC_COEFFS, Muon, build_optimizers, normuon_scale,
+                        orthogonalize)
 
 SCHEDULES = {"quintic": ([QUINTIC_COEFFS] * 5, 1.0), "polar_express": (POLAR_EXPRESS_COEFFS, 1.01)}
 
@@ -68,6 +69,9 @@ def test_orthogonalize_rejects_unknown_schedule():
         orthogonalize(torch.randn(4, 4), 5, "cubic")
 
 
+PLAIN = dict(muon_eq=False, muon_plus=False, beta2=None)  # plain Muon: none of nanochat's three additions
+
+
 def test_muon_first_step_and_cautious_decay():
     torch.manual_seed(0)
     W = torch.nn.Parameter(torch.randn(32, 8))  # tall: lr scaled by sqrt(32/8) = 2
@@ -75,23 +79,49 @@ def test_muon_first_step_and_cautious_decay():
     g = torch.randn(32, 8)
     W.grad = g.clone()
     lr, wd = 0.1, 0.5
-    Muon([W], lr=lr, momentum=0.9, weight_decay=wd).step()
+    Muon([W], lr=lr, momentum=0.9, weight_decay=wd, **PLAIN).step()
     # first step: buf = 0.1 g, Nesterov mixes g and buf -> a positive multiple of g, whose
-    # orthogonalisation equals that of g (it normalises the scale away)
-    u = orthogonalize(g, 5, "polar_express") * 2.0
+    # orthogonalisation equals that of g (it normalises the scale away); as nanochat, the decay
+    # uses the scaled lr too: W - lr' u - lr' wd W [u W >= 0], lr' = 2 lr
+    u = orthogonalize(g, 5, "polar_express")
     mask = (u * W0 >= 0).float()
-    expected = W0 - lr * wd * W0 * mask - lr * u
+    expected = W0 - 2 * lr * u - 2 * lr * wd * W0 * mask
     assert torch.allclose(W.detach(), expected, atol=1e-6)
     assert 0 < mask.mean() < 1  # both decayed and protected entries occur
 
 
-def test_muon_decoupled_decay():
-    W = torch.nn.Parameter(torch.randn(8, 16))
-    W0 = W.detach().clone()
-    W.grad = torch.randn(8, 16)
-    Muon([W], lr=0.1, weight_decay=0.5, wd_mode="decoupled").step()
-    u = orthogonalize(W.grad, 5, "polar_express")  # wide: no lr scaling
-    assert torch.allclose(W.detach(), W0 * (1 - 0.05) - 0.1 * u, atol=1e-6)
+def test_normuon_scale_by_hand():
+    # a tall update whose rows have mean squares 4, 1 and 0.25: after the first step (buffer
+    # 0.1 * v_mean with beta2 = 0.9) each row is divided by its root mean square, then the whole
+    # update is rescaled to keep its Frobenius norm
+    u = torch.tensor([[2.0, 2.0], [1.0, -1.0], [0.5, 0.5]])
+    second = torch.zeros(3, 1)
+    out = normuon_scale(u, second, beta2=0.9)
+    assert torch.allclose(second, 0.1 * torch.tensor([[4.0], [1.0], [0.25]]))
+    rows = u / torch.tensor([[2.0], [1.0], [0.5]])  # every row now has unit mean square
+    assert torch.allclose(out, rows * u.norm() / rows.norm(), atol=1e-6)
+    wide = torch.tensor([[2.0, 1.0, 0.5], [2.0, -1.0, 0.5]])  # wide: per column
+    second = torch.zeros(1, 3)
+    out = normuon_scale(wide, second, beta2=0.9)
+    cols = wide / torch.tensor([[2.0, 1.0, 0.5]])
+    assert torch.allclose(out, cols * wide.norm() / cols.norm(), atol=1e-6)
+
+
+def test_muon_eq_and_muon_plus():
+    torch.manual_seed(0)
+    g = torch.randn(16, 48) * torch.logspace(0, 2, 16)[:, None]  # rows of very different norms
+    W = torch.nn.Parameter(torch.zeros(16, 48))
+    W.grad = g.clone()
+    Muon([W], lr=1.0, momentum=0.0, weight_decay=0.0, muon_eq=False, muon_plus=True, beta2=None).step()
+    # Muon+: the update's Frobenius norm snapped to sqrt(min(16, 48)) = 4
+    assert (-W.detach()).norm().item() == pytest.approx(4.0, rel=1e-5)
+    # MuonEq: equilibrated rows make the same update as an input that already had equal row norms
+    W2, W3 = torch.nn.Parameter(torch.zeros(16, 48)), torch.nn.Parameter(torch.zeros(16, 48))
+    W2.grad = g.clone()
+    W3.grad = g / g.norm(dim=1, keepdim=True)
+    for w in (W2, W3):
+        Muon([w], lr=1.0, momentum=0.0, weight_decay=0.0, muon_eq=True, muon_plus=False, beta2=None).step()
+    assert torch.allclose(W2.detach(), W3.detach(), atol=1e-5)
 
 
 def test_muon_rejects_non_matrices():
@@ -109,10 +139,28 @@ def test_build_optimizers_covers_every_parameter_once(optimizer):
     groups = {g["name"]: g for opt in opts for g in opt.param_groups}
     scale = (cfg.model.n_embd / 768) ** -0.5
     assert groups["embedding"]["lr"] == pytest.approx(cfg.embedding_lr * scale)
+    assert groups["value_embeds"]["lr"] == pytest.approx(cfg.embedding_lr * scale * 0.5)
     assert groups["lm_head"]["lr"] == pytest.approx(cfg.unembedding_lr * scale)
     assert groups["resid_lambdas"]["lr"] == pytest.approx(cfg.scalar_lr * 0.01)
+    assert groups["smear"]["lr"] == 0.2 and groups["smear"]["betas"] == (0.8, 0.95)
+    assert groups["lm_head"]["betas"] == (0.8, 0.96) and groups["lm_head"]["weight_decay"] == 0.01
+    assert groups["embedding"]["betas"] == (0.8, 0.995) and groups["x0_lambdas"]["betas"] == (0.96, 0.95)
     assert all(g["initial_lr"] == g["lr"] for g in groups.values())
+    assert {n for n, g in groups.items() if g["decay_scheduled"]} == {"matrix"}
     if optimizer == "muon":
         assert isinstance(opts[-1], Muon) and groups["matrix"]["lr"] == cfg.matrix_lr
     else:
         assert len(opts) == 1 and groups["matrix"]["lr"] == cfg.adamw_matrix_lr
+
+
+def test_batch_and_weight_decay_scaling_rules():
+    """nanochat's base_train rules: every LR x sqrt(B / 2^19); Muon wd x sqrt(B / 2^19) x D_d12 / D."""
+    from xsa.optim import lr_scales, muon_weight_decay
+    d12, d24 = make_config("d12-nanochat"), make_config("d24-nanochat")
+    assert lr_scales(d12) == (1.0, 1.0) and muon_weight_decay(d12) == pytest.approx(0.28)  # the reference
+    batch, _ = lr_scales(d24)
+    assert batch == pytest.approx(2 ** 0.5)  # 2^20 tokens a step
+    ratio = 110_100_912 / 729_810_624  # scaling params (matrices + lm_head) of d12 and d24, nanochat's shapes
+    assert muon_weight_decay(d24) == pytest.approx(0.28 * 2 ** 0.5 * ratio, rel=1e-6)
+    cpu = make_config("cpu-w64-d4")  # the CPU presets state their LRs and decay, unscaled
+    assert lr_scales(cpu)[0] == 1.0 and muon_weight_decay(cpu) == cpu.weight_decay

@@ -169,7 +169,7 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
 
 def test_setup_alpha_figure_and_gpu_table(tmp_path):
     # a preset name with a dash, and arms that are not part of the sweep (other layers, optimizer)
-    pair = xsa_pair("cpu-d4")
+    pair = xsa_pair("cpu-w64-d4")
     sweep = Sweep.over("alpha_sweep", pair.b, "xsa_alpha", (0.5, 1.0), seed_arm=pair.a)
     runs = [a.run(s) for a in sweep.all_arms() for s in range(2)]
     runs += [pair.b.with_(xsa_layers="last:2").run(0), pair.a.with_(optimizer="adamw").run(0)]
@@ -181,9 +181,9 @@ def test_setup_alpha_figure_and_gpu_table(tmp_path):
                   evaluate=dict(max_per_task=7, sft_steps=3))
     built = report.build(study, tmp_path)
     (setup,) = built["tables"]["setup"]
-    assert (setup["layers"], setup["width"], setup["runs"], setup["core_items_per_task"]) == (4, 256, 9, 7)
+    assert (setup["layers"], setup["width"], setup["runs"], setup["core_items_per_task"]) == (4, 64, 9, 7)
     assert setup["steps"] * setup["batch_tokens"] == setup["tokens"]
-    assert [r["arm"] for r in built["tables"]["alpha_sweep"]] == ["cpu-d4_base", "cpu-d4_xsa0.5", "cpu-d4_xsa1"]
+    assert [r["arm"] for r in built["tables"]["alpha_sweep"]] == ["cpu-w64-d4_base", "cpu-w64-d4_xsa0.5", "cpu-w64-d4_xsa1"]
     assert built["tables"]["alpha_sweep"][0]["n"] == 2  # the unfinished run is not counted
     assert built["tables"]["alpha_sweep"][2]["d_val_bpb_vs_base"] == pytest.approx(-0.01)
     assert built["figures"]["alpha_sweep"].exists() and (tmp_path / "figures" / "alpha_sweep.svg").exists()

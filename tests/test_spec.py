@@ -24,35 +24,35 @@ def test_every_study_run_round_trips_and_is_unique(name):
 
 
 def test_one_run_per_meaning():
-    assert Run.of("cpu-d4", xsa_alpha=1.0) == Run.of("cpu-d4", xsa_alpha=1, xsa_layers="all")
-    assert Run.of("cpu-d4", xsa_layers="all") == Run.of("cpu-d4", xsa_alpha=1.0)  # layers alone: alpha 1
-    assert Run.of("cpu-d4", matrix_lr=make_config("cpu-d4").matrix_lr) == Run.of("cpu-d4")  # no-op override
-    assert Run.of("cpu-d4", xsa_layers="0,0,1") == Run.of("cpu-d4", xsa_layers=" 1,0")
-    assert Run.of("cpu-d4", xsa_layers="0,0,1").config().model.xsa_layers == "0,1"
-    assert make_config("cpu-d4", xsa_layers=" 1").config_hash() == make_config("cpu-d4", xsa_layers="1").config_hash()
+    assert Run.of("cpu-w64-d4", xsa_alpha=1.0) == Run.of("cpu-w64-d4", xsa_alpha=1, xsa_layers="all")
+    assert Run.of("cpu-w64-d4", xsa_layers="all") == Run.of("cpu-w64-d4", xsa_alpha=1.0)  # layers alone: alpha 1
+    assert Run.of("cpu-w64-d4", matrix_lr=make_config("cpu-w64-d4").matrix_lr) == Run.of("cpu-w64-d4")  # no-op override
+    assert Run.of("cpu-w64-d4", xsa_layers="0,0,1") == Run.of("cpu-w64-d4", xsa_layers=" 1,0")
+    assert Run.of("cpu-w64-d4", xsa_layers="0,0,1").config().model.xsa_layers == "0,1"
+    assert make_config("cpu-w64-d4", xsa_layers=" 1").config_hash() == make_config("cpu-w64-d4", xsa_layers="1").config_hash()
 
 
 def test_alpha_zero_through_the_formula_is_its_own_arm():
-    base, zero = Run.of("cpu-d4"), Run.of("cpu-d4", xsa_alpha=0.0)
-    assert (base.run_id, zero.run_id) == ("cpu-d4_base_s0", "cpu-d4_xsa0_s0")
+    base, zero = Run.of("cpu-w64-d4"), Run.of("cpu-w64-d4", xsa_alpha=0.0)
+    assert (base.run_id, zero.run_id) == ("cpu-w64-d4_base_s0", "cpu-w64-d4_xsa0_s0")
     assert zero.config().model.xsa_layer_set() and not base.config().model.xsa_layer_set()
     assert base.config().config_hash() != zero.config().config_hash()
 
 
 def test_names_follow_one_rule():
-    assert Run.of("cpu-d4", seed=2, optimizer="adamw").run_id == "cpu-d4_adamw_base_s2"
-    assert Run.of("cpu-d4", xsa_alpha=1.0, xsa_layers="last:2").run_id == "cpu-d4_xsa1-last2_s0"
-    assert Run.of("cpu-d4", xsa_alpha=1.0, xsa_value="plain").run_id == "cpu-d4_xsa1-plain_s0"
-    assert Run.of("cpu-d4", xsa_alpha=0.25).run_id == "cpu-d4_xsa0.25_s0"
-    assert Run.of("cpu-d4", matrix_lr=0.04).run_id == "cpu-d4_base-mlr0.04_s0"
-    assert Arm.of("cpu-d4").with_(xsa_alpha=1.0).with_(xsa_layers="none", xsa_alpha=0.0) == Arm.of("cpu-d4")
+    assert Run.of("cpu-w64-d4", seed=2, optimizer="adamw").run_id == "cpu-w64-d4_adamw_base_s2"
+    assert Run.of("cpu-w64-d4", xsa_alpha=1.0, xsa_layers="last:2").run_id == "cpu-w64-d4_xsa1-last2_s0"
+    assert Run.of("cpu-w64-d4", xsa_alpha=1.0, xsa_value="plain").run_id == "cpu-w64-d4_xsa1-plain_s0"
+    assert Run.of("cpu-w64-d4", xsa_alpha=0.25).run_id == "cpu-w64-d4_xsa0.25_s0"
+    assert Run.of("cpu-w64-d4", matrix_lr=0.04).run_id == "cpu-w64-d4_base-mlr0.04_s0"
+    assert Arm.of("cpu-w64-d4").with_(xsa_alpha=1.0).with_(xsa_layers="none", xsa_alpha=0.0) == Arm.of("cpu-w64-d4")
 
 
 def test_bad_overrides_name_the_field():
     with pytest.raises(ConfigError, match="learning_rate"):
-        Run.of("cpu-d4", learning_rate=1.0)
+        Run.of("cpu-w64-d4", learning_rate=1.0)
     with pytest.raises(ConfigError, match="xsa_value"):
-        Run.of("cpu-d4", xsa_value="plain")  # no XSA layer would use it
+        Run.of("cpu-w64-d4", xsa_value="plain")  # no XSA layer would use it
     with pytest.raises(ConfigError, match="run"):
         Run.from_dict({"overrides": {}})
 

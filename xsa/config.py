@@ -1,12 +1,22 @@
 """
-Every knob of the study in one place: the model config, the training config, and the presets
-as plain data. Nothing else in the package hard-codes a size, a learning rate or a horizon.
+Every knob of the study in one place: the model config, the training config, the nanochat recipes
+and the presets, all as plain data. Nothing else in the package hard-codes a size, a learning rate,
+a schedule or a horizon.
 
-Presets:
-- smoke:   a whole train-and-eval in seconds; used by the tests and `make paper STUDY=smoke`.
-- cpu-d4:  the smaller CPU-scale model (4 layers, 256 wide). NOT d12: a CPU-scale stand-in.
-- cpu-d8:  the larger CPU-scale model (8 layers), the same 2:1 depth ratio as d12 -> d24.
-- d12/d24: the seed paper's two depths (Zhai, 2026), for GPU servers on ClimbMix.
+A config is built in three layers (make_config): a recipe (one nanochat commit's model, optimizer
+and base_train defaults), then a preset (shape, batch, data, horizon, and for the CPU presets their
+own learning rates and schedule), then the overrides of one run. Each piece of a recipe is a field,
+so a recipe is a set of values and an ablation is one override.
+
+Recipes (RECIPES):
+- nanochat-92d63d4: nanochat as of commit 92d63d4, the default of every preset.
+- nanochat-324e69c: nanochat as of commit 324e69c (March 2026), the seed paper's era.
+
+Presets (PRESETS):
+- smoke:         a whole train-and-eval in seconds; the tests and `make paper STUDY=smoke`.
+- cpu-*:         CPU-scale stand-ins for this 2-core machine. NOT d12/d24.
+- d12, d24:      the seed paper's two depths as it states them (768 and 1024 wide, 64-dim heads).
+- d12-nanochat, d24-nanochat: nanochat's own shapes at those depths (128-dim heads, width 64 x depth).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -22,10 +33,35 @@ class ConfigError(ValueError):
     """A bad configuration value. The message always names the offending field."""
 
 
+def _float_fields(obj) -> None:
+    """Store every float-typed field as a float (1 and 1.0 are one config, with one hash)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.type in ("float", "float | None") and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(obj, f.name, float(value))
+
+
+def _check(name: str, ok: bool, expected: str, value) -> None:
+    if not ok:
+        raise ConfigError(f"{name} must be {expected}, got {value!r}")
+
+
+def _positive_int(name, value):
+    _check(name, isinstance(value, int) and not isinstance(value, bool) and value > 0, "a positive integer", value)
+
+
+def _number(name, value, lo=-math.inf, hi=math.inf, what=None):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
+    _check(name, ok, what or f"a number in [{lo}, {hi}]", value)
+
+
 # -----------------------------------------------------------------------------
 # Model
 
 XSA_VALUE_MODES = ("mixed", "plain")
+# The output transforms that can run at the XSA layers (xsa/model.py holds their functions,
+# xsa/validation.py a check of each): "xsa" removes the component along the token's own value.
+XSA_VARIANTS = ("xsa",)
 _LAYER_SPEC = re.compile(r"^(all|none|last:\d+|first:\d+|\d+(,\d+)*)$")
 
 
@@ -45,24 +81,53 @@ class GPTConfig:
     # alpha = 0, which makes "alpha = 0" a real control for the XSA code path.
     xsa_layers: str = "none"
     xsa_value: str = "mixed"  # mixed: the v attention aggregates (value embedding included); plain: c_v(x)
+    xsa_variant: str = "xsa"  # which transform of XSA_VARIANTS runs at those layers
+    # --- the recipe's architecture (defaults: nanochat 92d63d4)
+    rope_base: float = 100_000.0
+    rotary_bf16: bool = False  # round the rotary tables to bf16 (324e69c kept them in bf16)
+    qk_scale: float = 1.2  # q and k are multiplied by this after QK-norm
+    logit_softcap: float = 15.0  # logits <- c * tanh(logits / c)
+    ve_gate_channels: int = 12  # the value-embedding gate reads x[..., :channels]
+    ve_gate_scale: float = 3.0  # gate = scale * sigmoid(Linear(x[..., :channels]))
+    smear: bool = True  # mix the previous token's embedding into each position, gated (nanochat's smear)
+    backout: bool = True  # subtract a learned multiple of the mid-depth residual before the final norm
+    # --- the recipe's initialisation
+    init_wte_std: float = 0.8
+    init_fc_scale: float = 0.4  # c_fc at this multiple of the other input projections' bound
+    init_resid_lambdas: tuple[float, float] = (1.15, 1.05)  # first layer -> last layer, linear
+    init_x0_lambdas: tuple[float, float] = (0.20, 0.05)
+    init_gate_max: float = 0.02  # value-embedding and smear gates uniform in [0, max] (0: zeros)
 
     def __post_init__(self):
-        for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "ve_gate_channels"):
+            _positive_int(name, getattr(self, name))
         if self.n_embd % self.n_head != 0:
             raise ConfigError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if (self.n_embd // self.n_head) % 2 != 0:
             raise ConfigError(f"head dim n_embd/n_head ({self.n_embd // self.n_head}) must be even for rotary embeddings")
         if self.n_kv_head > self.n_head or self.n_head % self.n_kv_head != 0:
             raise ConfigError(f"n_kv_head ({self.n_kv_head}) must divide n_head ({self.n_head})")
-        alpha = self.xsa_alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0.0 <= float(alpha) <= 1.0):
-            raise ConfigError(f"xsa_alpha must be a number in [0, 1], got {alpha!r}")
-        object.__setattr__(self, "xsa_alpha", float(alpha))  # 1 and 1.0 are one config (one hash)
+        if self.ve_gate_channels > self.n_embd:
+            raise ConfigError(f"ve_gate_channels ({self.ve_gate_channels}) exceeds n_embd ({self.n_embd})")
+        _number("xsa_alpha", self.xsa_alpha, 0.0, 1.0)
+        for name in ("rope_base", "qk_scale", "logit_softcap", "ve_gate_scale", "init_wte_std", "init_fc_scale"):
+            _number(name, getattr(self, name), 0.0, what="a positive number")
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+        _number("init_gate_max", self.init_gate_max, 0.0)
+        for name in ("smear", "backout", "rotary_bf16"):
+            _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
+        for name in ("init_resid_lambdas", "init_x0_lambdas"):
+            value = getattr(self, name)
+            _check(name, isinstance(value, (list, tuple)) and len(value) == 2, "a pair (first layer, last layer)", value)
+            for v in value:
+                _number(name, v)
+            object.__setattr__(self, name, (float(value[0]), float(value[1])))
+        _float_fields(self)
         if self.xsa_value not in XSA_VALUE_MODES:
             raise ConfigError(f"xsa_value must be one of {XSA_VALUE_MODES}, got {self.xsa_value!r}")
+        if self.xsa_variant not in XSA_VARIANTS:
+            raise ConfigError(f"xsa_variant must be one of {XSA_VARIANTS}, got {self.xsa_variant!r}")
         # one spelling per layer set, so that equal configs hash equally: no spaces, a comma list
         # sorted and without repeats ("0,0,1" and " 1, 0" are "0,1")
         spec = str(self.xsa_layers).replace(" ", "")
@@ -70,12 +135,10 @@ class GPTConfig:
             spec = ",".join(str(i) for i in sorted({int(i) for i in spec.split(",")}))
         object.__setattr__(self, "xsa_layers", spec)
         if not self.xsa_layer_set():
-            if self.xsa_alpha > 0:
-                raise ConfigError(f"xsa_alpha is {self.xsa_alpha} but xsa_layers is {self.xsa_layers!r}: "
-                                  "no layer would use it (set xsa_layers, e.g. all)")
-            if self.xsa_value != "mixed":
-                raise ConfigError(f"xsa_value is {self.xsa_value!r} but xsa_layers is {self.xsa_layers!r}: "
-                                  "no layer would use it (set xsa_layers, e.g. all)")
+            for name, default in (("xsa_alpha", 0.0), ("xsa_value", "mixed"), ("xsa_variant", "xsa")):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{name} is {getattr(self, name)!r} but xsa_layers is {self.xsa_layers!r}: "
+                                      "no layer would use it (set xsa_layers, e.g. all)")
 
     def xsa_layer_set(self) -> frozenset[int]:
         """The layer indices where the XSA formula runs (empty for 'none')."""
@@ -101,15 +164,20 @@ class GPTConfig:
                 raise ConfigError(f"xsa_layers: layer index {bad[0]} >= n_layer ({n})")
         return frozenset(layers)
 
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
 
 # -----------------------------------------------------------------------------
 # Data subsets: which corpus a preset trains on and its tokenizer's vocabulary size.
 # The sources themselves (package, version, sha256, where the text sits) live in xsa/data/sources.py.
 
 DATA_SUBSETS = {
-    "smoke": dict(vocab_size=2048),     # one or two small registry sources: tests and smoke runs
-    "default": dict(vocab_size=8192),   # the embedded offline corpus (registry packages)
-    "climbmix": dict(vocab_size=32768), # nanochat's ClimbMix-400B shards, for GPU servers
+    "smoke": dict(corpus="smoke", vocab_size=2048),      # two small registry sources: tests and smoke runs
+    "default": dict(corpus="default", vocab_size=8192),  # the embedded offline corpus (registry packages)
+    "default-4k": dict(corpus="default", vocab_size=4096),  # the same corpus, a 4,096-token BPE (small widths)
+    "climbmix": dict(corpus="climbmix", vocab_size=32768),  # nanochat's ClimbMix-400B shards, for GPU servers
 }
 
 
@@ -118,6 +186,9 @@ DATA_SUBSETS = {
 
 OPTIMIZERS = ("muon", "adamw")
 NS_SCHEDULES = ("polar_express", "quintic")
+WD_SCHEDULES = ("cosine", "linear")
+# the AdamW parameter groups of a GPT (xsa.model.GPT.param_groups), each with its betas and weight decay
+ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear")
 
 
 @dataclass(frozen=True)
@@ -128,22 +199,48 @@ class TrainConfig:
     device_batch_size: int  # sequences per forward/backward on one device
     total_batch_size: int  # tokens per optimizer update, summed over ranks and accumulation
     num_tokens: int  # training horizon in tokens (num_iterations = num_tokens // total_batch_size)
-    # LR schedule as nanochat: linear warm-up, constant, linear warm-down to final_lr_frac
-    warmup_ratio: float = 0.0
-    warmdown_ratio: float = 0.4
-    final_lr_frac: float = 0.0
-    # optimizer: Muon for hidden matrices + AdamW for the rest, or AdamW for everything (control arm)
-    optimizer: str = "muon"
+    recipe: str = "nanochat-92d63d4"  # the RECIPES entry the other defaults came from (a record)
+    param_data_ratio: float | None = None  # horizon as tokens per (matrix + lm_head) parameter, if set
+    # --- LR schedule as nanochat: linear warm-up, constant, linear warm-down to final_lr_frac
+    warmup_steps: int = 40
+    warmdown_ratio: float = 0.65
+    final_lr_frac: float = 0.05
+    # --- learning rates; AdamW ones are scaled by (n_embd / 768)^-0.5, and with batch_lr_scaling
+    # every one by (total_batch_size / 2^19)^0.5 (nanochat's rule, tuned near a 2^19 batch)
+    optimizer: str = "muon"  # muon: Muon for the block matrices + AdamW for the rest; adamw: AdamW for all
     matrix_lr: float = 0.02
-    embedding_lr: float = 0.2
-    unembedding_lr: float = 0.004
+    embedding_lr: float = 0.3
+    unembedding_lr: float = 0.008
     scalar_lr: float = 0.5
+    value_embed_lr_scale: float = 0.5  # value embeddings at this multiple of embedding_lr
+    smear_lr: float = 0.2  # smear gate, smear and backout lambdas (unscaled, as nanochat)
+    batch_lr_scaling: bool = True
     adamw_matrix_lr: float = 0.004  # matrix LR of the AdamW-only control arm
-    weight_decay: float = 0.0  # Muon weight decay (cautious), linearly decayed to 0 like nanochat
-    muon_momentum: float = 0.95
-    muon_momentum_warmup_steps: int = 300  # momentum warms from 0.85 to muon_momentum
+    adamw_matrix_betas: tuple[float, float] = (0.8, 0.95)  # and its betas
+    # --- AdamW: betas and decoupled weight decay per group (ADAM_GROUPS), eps 1e-10
+    adam_betas: dict = field(default_factory=lambda: {
+        "lm_head": (0.8, 0.96), "embedding": (0.8, 0.995), "value_embeds": (0.8, 0.995),
+        "resid_lambdas": (0.8, 0.95), "x0_lambdas": (0.96, 0.95), "smear": (0.8, 0.95)})
+    adam_weight_decay: dict = field(default_factory=lambda: {
+        "lm_head": 0.01, "embedding": 0.001, "value_embeds": 0.01, "resid_lambdas": 0.05,
+        "x0_lambdas": 0.0, "smear": 0.0})
+    # --- Muon
+    weight_decay: float = 0.28  # cautious weight decay of the Muon matrices (and AdamW-only matrices)
+    weight_decay_schedule: str = "cosine"  # cosine or linear decay to 0 over training
+    weight_decay_scaling: bool = True  # nanochat's rule: wd * sqrt(B / 2^19) * (D_d12 / D)
+    muon_momentum_start: float = 0.85
+    muon_momentum: float = 0.97  # reached after muon_momentum_warmup_steps
+    muon_momentum_warmup_steps: int = 400
+    muon_momentum_final: float | None = 0.90  # reached at the end of the LR warm-down (None: stays)
+    normuon_beta2: float | None = 0.9  # NorMuon variance reduction (None: plain Muon)
+    muon_eq: bool = True  # MuonEq row equilibration before orthogonalisation
+    muon_plus: bool = True  # Muon+: Frobenius norm snapped to sqrt(min(rows, cols)) after it
     ns_schedule: str = "polar_express"
-    # evaluation and logging, in optimizer steps
+    ns_scale: float = 1.01  # Polar Express: G / (||G||_F * ns_scale) before the iteration
+    # --- precision: on CUDA bf16 autocast + torch.compile always; gpu_path turns both on elsewhere,
+    # so the CUDA code path runs (and is tested) on a CPU
+    gpu_path: bool = False
+    # --- evaluation and logging, in optimizer steps
     eval_every: int = 50
     eval_tokens: int = 2**20  # fixed validation token budget for bpb
     log_every: int = 1  # the logged loss is the only host sync of a step: GPU presets log every 10
@@ -153,10 +250,47 @@ class TrainConfig:
     def __post_init__(self):
         if self.data not in DATA_SUBSETS:
             raise ConfigError(f"data must be one of {sorted(DATA_SUBSETS)}, got {self.data!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.ns_schedule not in NS_SCHEDULES:
-            raise ConfigError(f"ns_schedule must be one of {NS_SCHEDULES}, got {self.ns_schedule!r}")
+        if self.recipe not in RECIPES:
+            raise ConfigError(f"recipe must be one of {sorted(RECIPES)}, got {self.recipe!r}")
+        for name, choices in (("optimizer", OPTIMIZERS), ("ns_schedule", NS_SCHEDULES),
+                              ("weight_decay_schedule", WD_SCHEDULES)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        for name in ("device_batch_size", "total_batch_size", "num_tokens", "eval_every", "eval_tokens",
+                     "log_every", "checkpoint_every"):
+            _positive_int(name, getattr(self, name))
+        _check("seed", isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63,
+               "an integer in [0, 2^63)", self.seed)
+        for name in ("warmup_steps", "muon_momentum_warmup_steps"):
+            _check(name, isinstance(getattr(self, name), int) and getattr(self, name) >= 0, "an integer >= 0",
+                   getattr(self, name))
+        for name in ("warmdown_ratio", "final_lr_frac", "muon_momentum_start", "muon_momentum"):
+            _number(name, getattr(self, name), 0.0, 1.0)
+        for name in ("muon_momentum_final", "normuon_beta2"):
+            if getattr(self, name) is not None:
+                _number(name, getattr(self, name), 0.0, 1.0)
+        for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "value_embed_lr_scale",
+                     "smear_lr", "adamw_matrix_lr", "weight_decay", "ns_scale"):
+            _number(name, getattr(self, name), 0.0, what="a number >= 0")
+        for name in ("batch_lr_scaling", "weight_decay_scaling", "muon_eq", "muon_plus", "gpu_path"):
+            _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
+        for name in ("adam_betas", "adam_weight_decay"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or set(value) != set(ADAM_GROUPS):
+                raise ConfigError(f"{name} must give every AdamW group {ADAM_GROUPS}, got {value!r}")
+        for group, betas in self.adam_betas.items():
+            ok = isinstance(betas, (list, tuple)) and len(betas) == 2
+            _check(f"adam_betas.{group}", ok, "a pair (beta1, beta2)", betas)
+            for b in betas:
+                _number(f"adam_betas.{group}", b, 0.0, 1.0)
+        for group, wd in self.adam_weight_decay.items():
+            _number(f"adam_weight_decay.{group}", wd, 0.0, what="a number >= 0")
+        betas = self.adamw_matrix_betas
+        _check("adamw_matrix_betas", isinstance(betas, (list, tuple)) and len(betas) == 2, "a pair (beta1, beta2)", betas)
+        object.__setattr__(self, "adamw_matrix_betas", (float(betas[0]), float(betas[1])))
+        object.__setattr__(self, "adam_betas", {k: (float(b1), float(b2)) for k, (b1, b2) in self.adam_betas.items()})
+        object.__setattr__(self, "adam_weight_decay", {k: float(v) for k, v in self.adam_weight_decay.items()})
+        _float_fields(self)
         rows = self.device_batch_size * self.model.sequence_len
         if self.total_batch_size % rows != 0:
             raise ConfigError(
@@ -168,16 +302,14 @@ class TrainConfig:
             raise ConfigError(
                 f"model.vocab_size ({self.model.vocab_size}) does not match the {self.data!r} "
                 f"tokenizer ({DATA_SUBSETS[self.data]['vocab_size']})")
-        for name in ("warmup_ratio", "warmdown_ratio", "final_lr_frac"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
 
     @property
     def num_iterations(self) -> int:
         return self.num_tokens // self.total_batch_size
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """JSON-normal (tuples as lists): equal to what config.json reads back."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -192,67 +324,130 @@ class TrainConfig:
 
 
 # -----------------------------------------------------------------------------
-# Presets, as data. Each fixes model shape, batch, sequence, vocabulary, schedule and horizon.
-# The CPU pair was sized by measurement on a 2-core machine (see README, "Choosing the CPU presets").
+# Recipes: one nanochat commit each (gpt.py, optim.py, scripts/base_train.py read at that commit;
+# the README's parity table lists what matches and what differs on purpose).
+
+RECIPES: dict[str, dict] = {
+    "nanochat-92d63d4": {"model": {}, "train": {}},  # the field defaults above are this commit's
+    "nanochat-324e69c": {
+        "model": dict(rope_base=10_000.0, rotary_bf16=True, qk_scale=1.0, logit_softcap=20.0,
+                      ve_gate_channels=32, ve_gate_scale=2.0, smear=False, backout=False,
+                      init_wte_std=1.0, init_fc_scale=1.0, init_resid_lambdas=(1.0, 1.0),
+                      init_x0_lambdas=(0.1, 0.1), init_gate_max=0.0),
+        "train": dict(warmup_steps=0, warmdown_ratio=0.5, final_lr_frac=0.0,
+                      embedding_lr=0.3, unembedding_lr=0.004, matrix_lr=0.02, scalar_lr=0.5, value_embed_lr_scale=1.0,
+                      adam_betas={g: ((0.96, 0.95) if g == "x0_lambdas" else (0.8, 0.95)) for g in ADAM_GROUPS},
+                      adam_weight_decay={g: 0.0 for g in ADAM_GROUPS},
+                      weight_decay=0.2, weight_decay_schedule="linear", weight_decay_scaling=True,
+                      muon_momentum=0.95, muon_momentum_warmup_steps=300, muon_momentum_final=None,
+                      normuon_beta2=0.95, muon_eq=False, muon_plus=False, ns_scale=1.02),
+        "param_data_ratio": 10.5,
+    },
+}
+RECIPES["nanochat-92d63d4"]["param_data_ratio"] = 12.0
+DEFAULT_RECIPE = "nanochat-92d63d4"
+
+
+# -----------------------------------------------------------------------------
+# Presets, as data. Each fixes model shape, batch, data and horizon; the CPU presets also state
+# their own learning rates and schedule (nanochat's batch rule is tuned near a 2^19 batch; at a
+# 4,096-token batch it sets the LRs 11x lower, measured worse, so they keep nanochat's base LRs
+# unscaled), sized by measurement on a 2-core machine (see README, "Presets").
+
+def _cpu(n_layer, n_embd, n_head, seq, batch_rows, num_tokens, data="default", **train):
+    """A CPU preset: the 92d63d4 model and optimizer with nanochat's base learning rates unscaled,
+    weight decay unscaled, and its schedule at the same fractions of the run as at d12 (LR warm-up
+    1.6% of the steps, momentum warm-up 16%; nanochat's d12 has about 2,500 steps)."""
+    steps = num_tokens // (batch_rows * seq)
+    vocab = DATA_SUBSETS[data]["vocab_size"]
+    return dict(
+        model=dict(sequence_len=seq, vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=n_embd),
+        data=data, device_batch_size=batch_rows, total_batch_size=batch_rows * seq, num_tokens=num_tokens,
+        matrix_lr=0.02, embedding_lr=0.3, unembedding_lr=0.008, scalar_lr=0.5, weight_decay=0.28,
+        batch_lr_scaling=False, weight_decay_scaling=False,
+        warmup_steps=max(1, round(0.016 * steps)), muon_momentum_warmup_steps=max(1, round(0.16 * steps)),
+        **train)
+
+
+def _gpu(n_layer, n_embd, n_head, batch, device_batch):
+    """A GPU preset on ClimbMix: the recipe's optimizer and schedule as base_train runs them."""
+    return dict(
+        model=dict(sequence_len=2048, vocab_size=32768, n_layer=n_layer, n_head=n_head, n_kv_head=n_head,
+                   n_embd=n_embd),
+        data="climbmix", device_batch_size=device_batch, total_batch_size=batch,
+        eval_every=250, eval_tokens=80 * 2**19, checkpoint_every=500, log_every=10)
+
 
 PRESETS: dict[str, dict] = {
-    "smoke": dict(
-        model=dict(sequence_len=64, vocab_size=2048, n_layer=2, n_head=2, n_kv_head=2, n_embd=64),
-        data="smoke", device_batch_size=4, total_batch_size=4 * 64, num_tokens=30 * 4 * 64,
-        eval_every=10, eval_tokens=4096, checkpoint_every=10, muon_momentum_warmup_steps=10,
-    ),
-    "cpu-d4": dict(
-        model=dict(sequence_len=512, vocab_size=8192, n_layer=4, n_head=4, n_kv_head=4, n_embd=256),
-        data="default", device_batch_size=8, total_batch_size=8 * 512, num_tokens=2**19,
-        eval_every=32, eval_tokens=2**16, checkpoint_every=32, muon_momentum_warmup_steps=40,
-    ),
-    "cpu-d8": dict(
-        model=dict(sequence_len=512, vocab_size=8192, n_layer=8, n_head=6, n_kv_head=6, n_embd=384),
-        data="default", device_batch_size=8, total_batch_size=8 * 512, num_tokens=2**19,
-        eval_every=32, eval_tokens=2**16, checkpoint_every=32, muon_momentum_warmup_steps=40,
-    ),
-    # GPU presets: the seed paper's depths. Horizon at nanochat's tokens:params ratio of 20
-    # (about 20 * 135M ~ 2.7B tokens at d12; 20 * 370M ~ 7.4B at d24, rounded to whole batches).
-    "d12": dict(
-        model=dict(sequence_len=2048, vocab_size=32768, n_layer=12, n_head=12, n_kv_head=12, n_embd=768),
-        data="climbmix", device_batch_size=32, total_batch_size=2**19, num_tokens=5120 * 2**19,
-        eval_every=250, eval_tokens=10 * 2**19, checkpoint_every=500, log_every=10,
-    ),
-    "d24": dict(
-        model=dict(sequence_len=2048, vocab_size=32768, n_layer=24, n_head=16, n_kv_head=16, n_embd=1024),
-        data="climbmix", device_batch_size=16, total_batch_size=2**19, num_tokens=14000 * 2**19,
-        eval_every=250, eval_tokens=10 * 2**19, checkpoint_every=500, log_every=10,
-    ),
+    "smoke": _cpu(2, 64, 2, 64, 4, 30 * 4 * 64, data="smoke", eval_every=10, eval_tokens=4096, checkpoint_every=10),
+    # The CPU study's depth pair: 64 wide (one 64-dim head), 4 and 8 layers (2:1, as d12 -> d24), the
+    # same 3 x 2^19 tokens (384 steps of 4,096): 8.0 and 4.0 tokens per non-embedding parameter. A
+    # 4,096-token vocabulary keeps the head (262k parameters) from dwarfing the blocks; validation on
+    # a fixed 2^17-token stream at 8 points of training.
+    "cpu-w64-d4": _cpu(4, 64, 1, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
+                       checkpoint_every=48),
+    "cpu-w64-d8": _cpu(8, 64, 1, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
+                       checkpoint_every=48),
+    # GPU presets. The horizon is the recipe's tokens:params ratio, the batch the one base_train's
+    # auto rule picks for the shape (B = 2^19 (D / D_d12)^0.383, rounded to a power of 2: 2^19 at
+    # d12, 2^20 at both readings of d24), evaluation as base_train (80 x 2^19 tokens every 250 steps).
+    # d12, d24: the seed paper's depths as it states them (d24: 1024 wide, 16 heads of 64).
+    "d12": _gpu(12, 768, 12, 2**19, 32),
+    "d24": _gpu(24, 1024, 16, 2**20, 16),
+    # nanochat's own shapes (base_train: width 64 x depth, rounded up to 128-dim heads)
+    "d12-nanochat": _gpu(12, 768, 6, 2**19, 32),
+    "d24-nanochat": _gpu(24, 1536, 12, 2**20, 16),
 }
 
 
-def make_config(preset: str, **overrides) -> TrainConfig:
-    """Build a TrainConfig from a preset name plus overrides.
+def scaling_params(model: GPTConfig) -> int:
+    """nanochat's scaling parameters: the block matrices plus the lm_head (base_train's
+    get_scaling_params), counted from the shapes."""
+    d, hd, kv = model.n_embd, model.head_dim, model.n_kv_head
+    per_layer = d * (model.n_head * hd) + 2 * d * (kv * hd) + d * d + 8 * d * d  # q, k, v, proj, mlp
+    n_ve = sum(1 for i in range(model.n_layer) if i % 2 == (model.n_layer - 1) % 2)
+    return model.n_layer * per_layer + n_ve * model.ve_gate_channels * kv + d * model.vocab_size
 
-    Model fields (xsa_alpha, xsa_layers, xsa_value, n_layer, ...) and training fields (seed,
-    optimizer, num_tokens, ...) may be mixed in `overrides`; each is routed to its dataclass.
-    None values are ignored. XSA runs at the layers of xsa_layers with strength xsa_alpha; given
-    alone, xsa_alpha applies to every layer (xsa_alpha=0 alone is the zero-strength formula on every
-    layer, a control of the XSA code path, not the baseline) and xsa_layers alone means alpha 1.
-    The baseline is xsa_layers "none", the default.
+
+def make_config(preset: str, **overrides) -> TrainConfig:
+    """Build a TrainConfig: the recipe (overrides' `recipe`, else the preset's, else the default),
+    then the preset, then the overrides.
+
+    Model fields (xsa_alpha, xsa_layers, n_layer, smear, ...) and training fields (seed, optimizer,
+    num_tokens, ...) may be mixed in `overrides`; each is routed to its dataclass. None values are
+    ignored. XSA runs at the layers of xsa_layers with strength xsa_alpha; given alone, xsa_alpha
+    applies to every layer (xsa_alpha=0 alone is the zero-strength formula on every layer, a control
+    of the XSA code path, not the baseline) and xsa_layers alone means alpha 1. The baseline is
+    xsa_layers "none", the default. A preset without num_tokens trains for the recipe's
+    param_data_ratio tokens per scaling parameter, in whole batches.
     """
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
-    base = dict(PRESETS[preset])
-    model = dict(base.pop("model"))
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    spec = dict(PRESETS[preset])
+    recipe_name = overrides.pop("recipe", spec.pop("recipe", DEFAULT_RECIPE))
+    if recipe_name not in RECIPES:
+        raise ConfigError(f"recipe: unknown recipe {recipe_name!r} (choose from {', '.join(RECIPES)})")
+    recipe = RECIPES[recipe_name]
+    model = {**recipe["model"], **spec.pop("model")}
+    train = {**recipe["train"], **spec}
     model_fields = {f.name for f in dataclasses.fields(GPTConfig)}
-    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    if overrides.get("xsa_alpha") is not None and overrides.get("xsa_layers") is None:
-        overrides = {**overrides, "xsa_layers": "all"}
-    if overrides.get("xsa_layers") not in (None, "none") and overrides.get("xsa_alpha") is None:
-        overrides = {**overrides, "xsa_alpha": 1.0}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "preset", "recipe"}
+    if "xsa_alpha" in overrides and "xsa_layers" not in overrides:
+        overrides["xsa_layers"] = "all"
+    if overrides.get("xsa_layers") not in (None, "none") and "xsa_alpha" not in overrides:
+        overrides["xsa_alpha"] = 1.0
     for key, value in overrides.items():
-        if value is None:
-            continue
         if key in model_fields:
             model[key] = value
-        elif key in train_fields and key not in ("model", "preset"):
-            base[key] = value
+        elif key in train_fields:
+            train[key] = value
         else:
             raise ConfigError(f"{key}: not a config field")
-    return TrainConfig(preset=preset, model=GPTConfig(**model), **base)
+    gpt = GPTConfig(**model)
+    if train.get("num_tokens") is None:
+        ratio = train.get("param_data_ratio") or recipe["param_data_ratio"]
+        train["param_data_ratio"] = ratio
+        batch = train["total_batch_size"]
+        train["num_tokens"] = max(1, int(ratio * scaling_params(gpt)) // batch) * batch
+    return TrainConfig(preset=preset, model=gpt, recipe=recipe_name, **train)

@@ -1,12 +1,15 @@
 """
-A nanochat-style GPT with Exclusive Self-Attention (XSA).
+A nanochat GPT with Exclusive Self-Attention (XSA).
 
-The stack follows karpathy/nanochat (commit 92d63d4): token embedding, RMSNorm without weights,
-rotary embeddings (base 100000) applied to q and k before QK-norm and a 1.2 scale, ReLU^2 MLP of
-width 4x, value embeddings on alternating layers (the last always included) mixed into v by a
-per-KV-head gate 3*sigmoid(Linear(x[..., :12])), per-layer residual and x0 scalars, untied lm_head,
-logits soft-capped at 15*tanh(x/15), no biases, zero-initialised output projections.
-Simplified against nanochat: no sliding-window attention pattern, no fp8, a single KV-cache class.
+The stack is karpathy/nanochat's, one commit at a time (the recipe's fields of GPTConfig; see
+xsa/config.py RECIPES and the README's parity table): token embedding, RMSNorm without weights, an
+optional smear of the previous token's embedding into each position, rotary embeddings applied to q
+and k before QK-norm and a q/k scale, ReLU^2 MLP of width 4x, value embeddings on alternating layers
+(the last always included) mixed into v by a per-KV-head gate scale*sigmoid(Linear(x[..., :C])),
+per-layer residual and x0 scalars, an optional backout of the mid-depth residual before the final
+norm, untied lm_head, soft-capped logits, no biases, zero-initialised output projections.
+Not taken from nanochat (on purpose, see the README): sliding-window attention, fp8, FA3, bf16
+master copies of the embeddings.
 
 XSA (Zhai, 2026) removes from each head's attention output y_i its component along the token's own
 value v_i, before the output projection:
@@ -24,11 +27,9 @@ import torch.nn.functional as F
 
 from xsa.config import ConfigError, GPTConfig
 
-ROPE_BASE = 100_000
-QK_SCALE = 1.2  # q and k are scaled after QK-norm (sharper attention at init)
-VE_GATE_CHANNELS = 12  # the value-embedding gate reads the first 12 channels of x
-LOGIT_SOFTCAP = 15.0
 XSA_EPS = 1e-6
+SMEAR_CHANNELS = 24  # the smear gate reads the first 24 channels of the current token's embedding
+BACKOUT_INIT = 0.2  # nanochat's initial backout lambda
 
 
 def norm(x: torch.Tensor) -> torch.Tensor:
@@ -57,23 +58,30 @@ def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha: float, eps: float = XSA
     split off y as a view and v is broadcast over it, so nothing is copied or repeated. Any strides
     work (the model passes transposed views of the attention layout).
 
-    The dot product and squared norm accumulate in fp32 even when y and v are bf16, since the
-    coefficient <y,v>/||v||^2 is a ratio of two reductions over D that bf16 would round badly.
+    The dot product, the squared norm and the subtraction run in fp32 even when y and v are bf16
+    (and autocast is on, which would otherwise run the reductions in bf16): the coefficient
+    <y,v>/||v||^2 is a ratio of two reductions over D that bf16 rounds badly, and z is what is left
+    after cancelling most of y. Only the result is rounded back to y's dtype.
     """
     H, Hkv = y.size(2), v.size(2)
     yg = y.unflatten(2, (Hkv, H // Hkv))  # (B, T, Hkv, G, D), a view
     vg = v.unsqueeze(3)  # (B, T, Hkv, 1, D), broadcast over the group
-    vf = vg.float()
-    dot = torch.linalg.vecdot(yg.float(), vf).unsqueeze(-1)  # (B, T, Hkv, G, 1)
-    sq = torch.linalg.vecdot(vf, vf).unsqueeze(-1)  # (B, T, Hkv, 1, 1)
-    coef = (dot / (sq + eps)).to(y.dtype)
-    # z = y - alpha * coef * v, as one fused multiply-add
-    z = torch.addcmul(yg, coef, vg, value=-alpha)
-    return z.flatten(2, 3)
+    with torch.autocast(y.device.type, enabled=False):
+        yf, vf = yg.float(), vg.float()  # no copies in fp32
+        dot = torch.linalg.vecdot(yf, vf).unsqueeze(-1)  # (B, T, Hkv, G, 1)
+        sq = torch.linalg.vecdot(vf, vf).unsqueeze(-1)  # (B, T, Hkv, 1, 1)
+        # z = y - alpha * coef * v, as one fused multiply-add
+        z = torch.addcmul(yf, dot / (sq + eps), vf, value=-alpha)
+    return z.to(y.dtype).flatten(2, 3)
+
+
+# The output transforms of config.XSA_VARIANTS, by name: (y, v, alpha) -> z, shapes as xsa_project.
+XSA_VARIANTS = {"xsa": xsa_project}
 
 
 class KVCache:
-    """Keys and values of every layer for autoregressive decoding (batch B, up to max_len tokens)."""
+    """Keys and values of every layer for autoregressive decoding (batch B, up to max_len tokens),
+    and the last token's embedding for the smear."""
 
     def __init__(self, n_layer: int, batch_size: int, n_kv_head: int, head_dim: int, max_len: int,
                  device=None, dtype=torch.float32):
@@ -82,6 +90,7 @@ class KVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.pos = 0  # tokens already in the cache
         self.max_len = max_len
+        self.prev_embedding = None  # (B, 1, C): the normalised embedding of the last token seen
 
     def insert(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Store this chunk's k, v (B, Hkv, T, D) at the current position; return all keys/values so far."""
@@ -107,10 +116,13 @@ class CausalSelfAttention(nn.Module):
         self.c_k = nn.Linear(config.n_embd, kv_dim, bias=False)
         self.c_v = nn.Linear(config.n_embd, kv_dim, bias=False)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
-        self.ve_gate = (nn.Linear(VE_GATE_CHANNELS, self.n_kv_head, bias=False)
+        self.ve_channels, self.ve_scale = config.ve_gate_channels, config.ve_gate_scale
+        self.ve_gate = (nn.Linear(self.ve_channels, self.n_kv_head, bias=False)
                         if has_value_embedding(layer_idx, config.n_layer) else None)
-        # XSA at this layer (None = standard attention), and which value it projects against
+        self.qk_scale = config.qk_scale
+        # XSA at this layer (None = standard attention), which transform, which value it projects against
         self.xsa_alpha = float(config.xsa_alpha) if layer_idx in config.xsa_layer_set() else None
+        self.xsa_variant = config.xsa_variant
         self.xsa_plain = config.xsa_value == "plain"
         # Diagnostics: set to a dict to receive this layer's q, k, v, y, z on the next forward
         self.capture: dict | None = None
@@ -122,11 +134,13 @@ class CausalSelfAttention(nn.Module):
         v_plain = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
         v = v_plain
         if ve is not None:
-            gate = 3 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))  # (B, T, Hkv)
+            gate = self.ve_scale * torch.sigmoid(self.ve_gate(x[..., :self.ve_channels]))  # (B, T, Hkv)
             v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
         cos, sin = cos_sin
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
-        q, k = norm(q) * QK_SCALE, norm(k) * QK_SCALE
+        q, k = norm(q), norm(k)
+        if self.qk_scale != 1.0:  # sharper attention at init, the scale split between q and k
+            q, k = q * self.qk_scale, k * self.qk_scale
         # (B, T, H, D) -> (B, H, T, D): heads become a batch dimension for attention
         q, k, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         gqa = self.n_head != self.n_kv_head
@@ -145,7 +159,7 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous()
         # XSA projects against the token's own value: the new tokens' v, also when decoding
         v_self = v_plain if self.xsa_plain else v
-        z = y if self.xsa_alpha is None else xsa_project(y, v_self, self.xsa_alpha)
+        z = y if self.xsa_alpha is None else XSA_VARIANTS[self.xsa_variant](y, v_self, self.xsa_alpha)
         if self.capture is not None:
             self.capture.update(q=q.detach(), k=k.detach(), y=y.detach(), z=z.detach(),
                                 v=v_self.detach().transpose(1, 2))
@@ -177,8 +191,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        head_dim = config.n_embd // config.n_head
-        kv_dim = config.n_kv_head * head_dim
+        kv_dim = config.n_kv_head * config.head_dim
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.blocks = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
         self.value_embeds = nn.ModuleDict({
@@ -188,42 +201,66 @@ class GPT(nn.Module):
         # x <- resid_lambdas[i] * x + x0_lambdas[i] * x0 before every block
         self.resid_lambdas = nn.Parameter(torch.ones(config.n_layer))
         self.x0_lambdas = nn.Parameter(torch.zeros(config.n_layer))
+        # smear: x_t <- x_t + smear_lambda * sigmoid(smear_gate(x_t[:24])) * x_{t-1} (cheap bigram
+        # information); backout: x <- x - backout_lambda * x_mid before the final norm. Named as
+        # nanochat names them, so its weights load by name.
+        if config.smear:
+            self.smear_gate = nn.Linear(SMEAR_CHANNELS, 1, bias=False)
+            self.smear_lambda = nn.Parameter(torch.zeros(1))
+        if config.backout:
+            self.backout_lambda = nn.Parameter(torch.full((1,), BACKOUT_INIT))
         # rotary tables for 10x the training length, so decoding past it is possible but bounded
         self.rotary_len = config.sequence_len * 10
-        cos, sin = self._rotary_tables(self.rotary_len, head_dim)
+        cos, sin = self._rotary_tables()
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    @staticmethod
-    def _rotary_tables(seq_len: int, head_dim: int, device=None):
-        inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
-        freqs = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)
-        return freqs.cos(), freqs.sin()
+    def _rotary_tables(self, device=None):
+        c = self.config
+        inv_freq = 1.0 / (c.rope_base ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32, device=device) / c.head_dim))
+        freqs = torch.outer(torch.arange(self.rotary_len, dtype=torch.float32, device=device), inv_freq)
+        cos, sin = freqs.cos(), freqs.sin()
+        if c.rotary_bf16:  # the values of bf16 tables, kept in fp32
+            cos, sin = cos.bfloat16().float(), sin.bfloat16().float()
+        return cos, sin
 
     @torch.no_grad()
     def init_weights(self):
-        """nanochat's initialisation: uniform inputs, zero output projections, a small lm_head."""
-        s = 3 ** 0.5 * self.config.n_embd ** -0.5  # uniform(-s, s) has std n_embd^-0.5
-        nn.init.normal_(self.wte.weight, std=1.0)
+        """The recipe's initialisation: uniform input projections (c_fc at init_fc_scale of the
+        bound), zero output projections, a small lm_head, the per-layer scalars linear in depth."""
+        c = self.config
+        s = 3 ** 0.5 * c.n_embd ** -0.5  # uniform(-s, s) has std n_embd^-0.5
+        nn.init.normal_(self.wte.weight, std=c.init_wte_std)
         nn.init.normal_(self.lm_head.weight, std=0.001)
         for block in self.blocks:
             attn, mlp = block.attn, block.mlp
-            for lin in (attn.c_q, attn.c_k, attn.c_v, mlp.c_fc):
+            for lin in (attn.c_q, attn.c_k, attn.c_v):
                 nn.init.uniform_(lin.weight, -s, s)
             nn.init.zeros_(attn.c_proj.weight)
+            nn.init.uniform_(mlp.c_fc.weight, -s * c.init_fc_scale, s * c.init_fc_scale)
             nn.init.zeros_(mlp.c_proj.weight)
-            if attn.ve_gate is not None:
-                nn.init.zeros_(attn.ve_gate.weight)
+        frac = torch.arange(c.n_layer, dtype=torch.float32) / max(c.n_layer - 1, 1)
+        (r0, r1), (x0, x1) = c.init_resid_lambdas, c.init_x0_lambdas
+        self.resid_lambdas.copy_(r0 - (r0 - r1) * frac)
+        self.x0_lambdas.copy_(x0 - (x0 - x1) * frac)
+        if c.smear:
+            nn.init.zeros_(self.smear_lambda)
+            nn.init.uniform_(self.smear_gate.weight, 0.0, c.init_gate_max)
+        if c.backout:
+            nn.init.constant_(self.backout_lambda, BACKOUT_INIT)
         for ve in self.value_embeds.values():
             nn.init.uniform_(ve.weight, -s, s)
-        self.resid_lambdas.fill_(1.0)
-        self.x0_lambdas.fill_(0.1)
-        cos, sin = self._rotary_tables(self.rotary_len, self.config.n_embd // self.config.n_head, self.cos.device)
+        for block in self.blocks:
+            if block.attn.ve_gate is not None:
+                nn.init.uniform_(block.attn.ve_gate.weight, 0.0, c.init_gate_max)
+        cos, sin = self._rotary_tables(self.cos.device)
         self.cos.copy_(cos)
         self.sin.copy_(sin)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        """Parameters by optimizer role: Muon takes 'matrix', AdamW the rest (see xsa/optim.py)."""
+        """Parameters by optimizer role: Muon takes 'matrix' (every block matrix, value-embedding
+        gates included, as nanochat), AdamW the rest (see xsa/optim.py)."""
+        smear = [getattr(self, n) for n in ("smear_gate", "smear_lambda", "backout_lambda") if hasattr(self, n)]
         groups = {
             "matrix": [p for p in self.blocks.parameters()],
             "embedding": [self.wte.weight],
@@ -231,6 +268,7 @@ class GPT(nn.Module):
             "lm_head": [self.lm_head.weight],
             "resid_lambdas": [self.resid_lambdas],
             "x0_lambdas": [self.x0_lambdas],
+            "smear": [p.weight if isinstance(p, nn.Linear) else p for p in smear],
         }
         assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
         return groups
@@ -238,36 +276,55 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def estimate_flops(self) -> float:
-        """FLOPs per token for forward + backward: 6 per matmul weight, plus attention scores.
+    def num_matmul_params(self) -> int:
+        """Parameters that multiply the token stream (every Linear weight, as nanochat counts them);
+        embeddings are lookups and the scalars do no matmul work."""
+        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
 
-        Embedding lookups (token and value embeddings) and the per-layer scalars do no matmul work.
-        """
+    def estimate_flops(self) -> float:
+        """FLOPs per token for forward + backward: 6 per matmul weight, plus the attention scores."""
         c = self.config
-        lookup = self.wte.weight.numel() + sum(p.numel() for p in self.value_embeds.parameters())
-        scalars = self.resid_lambdas.numel() + self.x0_lambdas.numel()
-        matmul_params = self.num_params() - lookup - scalars
         attn = 12 * c.n_layer * c.n_embd * c.sequence_len  # QK^T and AV, forward + backward
-        return 6 * matmul_params + attn
+        return 6 * self.num_matmul_params() + attn
+
+    def _smear(self, x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
+        """Add to each position the gated embedding of the position before it (for the chunk's first
+        position, `prev`, the cached last token when decoding; none at the start of a sequence)."""
+        before = x[:, :-1] if prev is None else torch.cat([prev, x[:, :-1]], dim=1)
+        cur = x[:, 1:] if prev is None else x
+        gate = self.smear_lambda * torch.sigmoid(self.smear_gate(cur[..., :SMEAR_CHANNELS]))
+        out = cur + gate * before
+        return torch.cat([x[:, :1], out], dim=1) if prev is None else out
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 kv_cache: KVCache | None = None, loss_reduction: str = "mean"):
         B, T = idx.shape
+        c = self.config
         t0 = 0 if kv_cache is None else kv_cache.pos
         if t0 + T > self.rotary_len:
             raise ConfigError(f"sequence_len: {t0 + T} tokens exceed the rotary cache ({self.rotary_len})")
         cos = self.cos[None, t0:t0 + T, None, :]
         sin = self.sin[None, t0:t0 + T, None, :]
         x = norm(self.wte(idx))
-        x0 = x
+        if c.smear:
+            prev = None if kv_cache is None else kv_cache.prev_embedding
+            if kv_cache is not None:
+                kv_cache.prev_embedding = x[:, -1:]
+            if prev is not None or T > 1:
+                x = self._smear(x, prev)
+        x0, x_mid, mid = x, None, c.n_layer // 2
         for i, block in enumerate(self.blocks):
             x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
             ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
             x = block(x, ve, (cos.to(x.dtype), sin.to(x.dtype)), kv_cache)
+            if i == mid:
+                x_mid = x
         if kv_cache is not None:
             kv_cache.advance(T)
+        if c.backout and x_mid is not None:  # remove low-level features before the logits
+            x = x - self.backout_lambda * x_mid
         logits = self.lm_head(norm(x)).float()
-        logits = LOGIT_SOFTCAP * torch.tanh(logits / LOGIT_SOFTCAP)
+        logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1),
@@ -283,7 +340,7 @@ class GPT(nn.Module):
         """
         device = self.wte.weight.device
         c = self.config
-        cache = KVCache(c.n_layer, 1, c.n_kv_head, c.n_embd // c.n_head, len(tokens) + max_tokens,
+        cache = KVCache(c.n_layer, 1, c.n_kv_head, c.head_dim, len(tokens) + max_tokens,
                         device=device, dtype=self.wte.weight.dtype)
         rng = torch.Generator(device=device).manual_seed(seed)
         ids = torch.tensor([tokens], dtype=torch.long, device=device)

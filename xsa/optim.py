@@ -1,32 +1,35 @@
 """
-Optimizers: Muon for the 2-D hidden matrices, AdamW for everything else.
+Optimizers: Muon for the 2-D matrices of the transformer blocks, AdamW for everything else.
 
-The orthogonalisation is a pure function of a tensor (`orthogonalize`), tested on its own; `Muon`
-is a thin optimizer around it; `build_optimizers` splits a GPT's parameters by role.
+The orthogonalisation (`orthogonalize`) and the whole Muon update of one matrix (`muon_update`) are
+pure functions of tensors, tested on their own; `Muon` is a thin optimizer around them that gives
+each matrix one owner rank under torch.distributed; `build_optimizers` splits a GPT's parameters by
+role and sets every learning rate and weight decay from a TrainConfig.
 
-Matches karpathy/nanochat (commit 92d63d4):
-- Muon on every matrix inside the transformer blocks, AdamW on the token embedding, the value
-  embeddings, the lm_head and the two per-layer scalar vectors.
-- Nesterov momentum (buffer <- lerp(buffer, g, 1-m); update from lerp(g, buffer, m)); the trainer
-  warms m from 0.85 to its final value; 5 orthogonalisation steps, Polar Express by default.
-- Muon lr scaled by max(1, rows/cols)^0.5; cautious weight decay (decay only the entries where the
-  update and the weight agree in sign), which the trainer decays linearly to 0 over training.
-- AdamW betas (0.8, 0.95), eps 1e-10, no weight decay; lrs: embedding and value embeddings at
-  embedding_lr, lm_head at unembedding_lr, each scaled by (n_embd / 768)^-0.5 (tuned at width 768);
-  resid_lambdas at scalar_lr * 0.01 and x0_lambdas at scalar_lr with beta1 0.96, both unscaled.
+Muon, per matrix W (rows x cols) with gradient g, as nanochat's muon_step_fused (92d63d4):
+    buf <- lerp(buf, g, 1 - m);  g <- lerp(g, buf, m)                       Nesterov momentum
+    X <- g with each row rescaled to the mean row norm                     MuonEq (muon_eq)
+    X <- orthogonalize(X)  (5 Polar Express steps, G / (||G||_F * ns_scale))
+    X <- X * sqrt(min(rows, cols)) / ||X||_F                               Muon+ (muon_plus)
+    X <- X * NorMuon scale (per-row or per-column second moment, beta2)    NorMuon (normuon_beta2)
+    lr' = lr * max(1, rows / cols)^0.5
+    W <- W - lr' * X - lr' * wd * W * [X * W >= 0]                         cautious weight decay
+Each piece is a switch of the TrainConfig, so the 324e69c recipe (no MuonEq, no Muon+, beta2 0.95,
+scale 1.02) and plain Muon are one override away. The update runs in bf16 on CUDA (as nanochat's
+COMPUTE_DTYPE) and in fp32 elsewhere (bf16 matmuls are slow on CPUs).
 
-Simplified against nanochat:
-- No NorMuon variance reduction (per-row/column second-moment rescaling after orthogonalisation):
-  this is plain Muon, as in the seed paper's description.
-- No sharded distributed Muon/AdamW: under DDP the gradients are all-reduced by DDP and every rank
-  runs the same (replicated) update. Slower on many GPUs, identical in result.
-- No fused/compiled kernels and no stacking of same-shape matrices: one matrix at a time.
-- No batch-size lr scaling and no depth scaling of weight decay.
+Distributed: no DDP. Each rank accumulates its own gradients; Muon's step reduces every matrix's
+gradient to the rank that owns it (matrix i belongs to rank i % world), the owner computes the
+update, and broadcasts the new weights; AdamW's gradients are all-reduced first (`sync_grads`).
+On one process nothing is communicated and the update is the per-matrix function above.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.distributed as dist
 
 # Quintic Newton-Schulz (Keller Jordan's Muon): coefficients chosen to maximise the slope at zero,
 # so 5 steps bring small singular values up fast; the price is that the result is only roughly
@@ -43,25 +46,25 @@ POLAR_EXPRESS_COEFFS = (
     (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
     (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
 )
+ADAMW_EPS = 1e-10
+B_REF = 2**19  # nanochat's d12 reference batch: batch_lr_scaling and weight_decay_scaling are relative to it
 
 
-def orthogonalize(G: torch.Tensor, steps: int = 5, schedule: str = "polar_express") -> torch.Tensor:
+def orthogonalize(G: torch.Tensor, steps: int = 5, schedule: str = "polar_express", scale: float = 1.01) -> torch.Tensor:
     """Approximate the orthogonal polar factor U V^T of G = U S V^T (G: (..., rows, cols)).
 
     Each step applies an odd polynomial X <- a X + b (X X^T) X + c (X X^T)^2 X, which maps every
-    singular value s to a s + b s^3 + c s^5 and leaves the singular vectors alone. G is first scaled
-    so its spectral norm is at most 1 (the Frobenius norm bounds it), the range the polynomials are
-    designed for. Runs in bf16 on CUDA (fast and stable for these polynomials), fp32 elsewhere
-    (bf16 matmuls are slow on CPUs); returns G's dtype.
+    singular value s to a s + b s^3 + c s^5 and leaves the singular vectors alone. G is first divided
+    by its Frobenius norm (an upper bound of the spectral norm) times `scale` (Polar Express: a small
+    safety margin below 1), the range the polynomials are designed for. Runs in bf16 on CUDA (fast
+    and stable for these polynomials), fp32 elsewhere; returns G's dtype.
     """
     if schedule == "quintic":
-        coeffs = [QUINTIC_COEFFS] * steps
-        scale = 1.0
+        coeffs, scale = [QUINTIC_COEFFS] * steps, 1.0
     elif schedule == "polar_express":
         if steps > len(POLAR_EXPRESS_COEFFS):
             raise ValueError(f"steps: Polar Express has coefficients for at most {len(POLAR_EXPRESS_COEFFS)} steps")
         coeffs = POLAR_EXPRESS_COEFFS[:steps]
-        scale = 1.01  # the coefficients assume a small safety margin below 1
     else:
         raise ValueError(f"schedule: unknown orthogonalisation schedule {schedule!r} (polar_express or quintic)")
     X = G.bfloat16() if G.is_cuda else G.float()
@@ -69,7 +72,7 @@ def orthogonalize(G: torch.Tensor, steps: int = 5, schedule: str = "polar_expres
     tall = X.size(-2) > X.size(-1)
     if tall:
         X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) * scale + 1e-7)
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) * scale + 1e-6)
     for a, b, c in coeffs:
         A = X @ X.mT
         B = b * A + c * (A @ A)
@@ -79,90 +82,190 @@ def orthogonalize(G: torch.Tensor, steps: int = 5, schedule: str = "polar_expres
     return X.to(G.dtype)
 
 
-class Muon(torch.optim.Optimizer):
-    """MomentUm Orthogonalized by Newton-Schulz, for 2-D weight matrices only.
+def normuon_scale(u: torch.Tensor, second: torch.Tensor, beta2: float) -> torch.Tensor:
+    """NorMuon (arXiv:2510.05491) as nanochat: rescale each row (tall or square matrices) or column
+    (wide ones) of the orthogonalised update by the inverse root of its running mean square, then
+    restore the update's Frobenius norm. `second` is the running mean square, (rows, 1) or (1, cols),
+    updated in place."""
+    red = -1 if u.size(-2) >= u.size(-1) else -2
+    v_mean = u.float().square().mean(dim=red, keepdim=True)
+    size = u.size(red)
+    v_norm = (v_mean.sum(dim=(-2, -1), keepdim=True) * size).sqrt()
+    second.lerp_(v_mean.to(second.dtype), 1 - beta2)
+    step = second.clamp_min(1e-10).rsqrt()
+    v_norm_new = ((v_mean * size) * step.float().square()).sum(dim=(-2, -1), keepdim=True).sqrt()
+    return u * (step * (v_norm / v_norm_new.clamp_min(1e-10))).to(u.dtype)
 
-    Per matrix W (rows x cols) with gradient g:
-        buf <- m * buf + (1 - m) * g;  u <- orthogonalize((1 - m) * g + m * buf)   (Nesterov)
-        u <- u * max(1, rows/cols)^0.5
-        W <- W - lr * wd * W * [mask]  - lr * u
-    where mask = (u * W >= 0) for cautious weight decay, all ones for decoupled weight decay.
-    The trainer drives group['lr'], group['momentum'] and group['weight_decay'] from its schedules.
+
+def second_moment_shape(shape) -> tuple[int, int]:
+    rows, cols = shape[-2], shape[-1]
+    return (rows, 1) if rows >= cols else (1, cols)
+
+
+@torch.no_grad()
+def muon_update(p: torch.Tensor, g: torch.Tensor, buf: torch.Tensor, second: torch.Tensor | None, *,
+                lr: float, momentum: float, weight_decay: float, ns_steps: int = 5,
+                schedule: str = "polar_express", ns_scale: float = 1.01, muon_eq: bool = True,
+                muon_plus: bool = True, beta2: float | None = 0.9) -> None:
+    """One Muon update of the matrix p in place, from its gradient g (see the module docstring).
+    buf: the momentum buffer (p's shape); second: NorMuon's running mean square (None: off)."""
+    buf.lerp_(g, 1 - momentum)
+    g = g.lerp(buf, momentum)
+    X = g.bfloat16() if g.is_cuda else g
+    if muon_eq:  # rescale each row to the mean row norm: a better-conditioned spectrum to orthogonalise
+        target = X.float().norm(dim=(-2, -1), keepdim=True) / (X.size(-2) ** 0.5)
+        rows = X.float().norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        X = X * (target / rows).to(X.dtype)
+    u = orthogonalize(X, ns_steps, schedule, ns_scale).to(p.dtype)
+    if muon_plus:  # snap the norm to that of an exactly semi-orthogonal matrix
+        norm = u.float().norm(dim=(-2, -1), keepdim=True).clamp_min(1e-6)
+        u = u * (min(u.size(-2), u.size(-1)) ** 0.5 / norm).to(u.dtype)
+    if beta2 is not None:
+        u = normuon_scale(u, second, beta2)
+    lr = lr * max(1.0, p.size(-2) / p.size(-1)) ** 0.5
+    mask = (u * p) >= 0  # cautious weight decay: decay only where update and weight agree in sign
+    p.sub_(lr * u + (lr * weight_decay) * p * mask)
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def sync_grads(params) -> None:
+    """Average the gradients of `params` over the ranks (in place; nothing on one process)."""
+    rank, world = _world()
+    if world == 1:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    works = [dist.all_reduce(g, async_op=True) for g in grads]
+    for g, w in zip(grads, works):
+        w.wait()
+        g.div_(world)
+
+
+class Muon(torch.optim.Optimizer):
+    """MomentUm Orthogonalized by Newton-Schulz, for 2-D weight matrices only (muon_update per matrix).
+
+    Under torch.distributed matrix i is owned by rank i % world: its gradient is reduced to the
+    owner, the owner updates it, and broadcasts it back (so each matrix is orthogonalised once,
+    not on every rank). The trainer drives group['lr'], group['momentum'] and group['weight_decay'].
     """
 
-    def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, ns_steps: int = 5,
-                 schedule: str = "polar_express", weight_decay: float = 0.0, wd_mode: str = "cautious"):
-        if wd_mode not in ("cautious", "decoupled"):
-            raise ValueError(f"wd_mode: expected cautious or decoupled, got {wd_mode!r}")
-        defaults = dict(lr=lr, momentum=momentum, ns_steps=ns_steps, schedule=schedule,
-                        weight_decay=weight_decay, wd_mode=wd_mode)
+    def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0,
+                 ns_steps: int = 5, schedule: str = "polar_express", ns_scale: float = 1.01,
+                 muon_eq: bool = True, muon_plus: bool = True, beta2: float | None = 0.9):
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, ns_steps=ns_steps, schedule=schedule,
+                        ns_scale=ns_scale, muon_eq=muon_eq, muon_plus=muon_plus, beta2=beta2)
         super().__init__(params, defaults)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.ndim != 2:
                     raise ValueError(f"Muon takes 2-D matrices only, got a parameter of shape {tuple(p.shape)}")
 
+    def _state(self, p, beta2):
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+            if beta2 is not None:
+                state["second_momentum_buffer"] = torch.zeros(second_moment_shape(p.shape), dtype=p.dtype,
+                                                               device=p.device)
+        return state
+
     @torch.no_grad()
     def step(self):
+        rank, world = _world()
         for group in self.param_groups:
-            lr, m, wd = group["lr"], group["momentum"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buf = state["momentum_buffer"]
-                buf.lerp_(p.grad, 1 - m)
-                g = p.grad.lerp(buf, m)
-                u = orthogonalize(g, group["ns_steps"], group["schedule"])
-                u.mul_(max(1.0, p.size(0) / p.size(1)) ** 0.5)
-                if wd != 0:
-                    if group["wd_mode"] == "cautious":
-                        p.sub_(p * (u * p >= 0), alpha=lr * wd)
-                    else:
-                        p.mul_(1 - lr * wd)
-                p.add_(u, alpha=-lr)
+            params = [p for p in group["params"] if p.grad is not None]
+            # phase 1: every gradient on its way to its owner
+            works = [dist.reduce(p.grad, dst=i % world, async_op=True) if world > 1 else None
+                     for i, p in enumerate(params)]
+            # phase 2: each owner updates its matrices and sends them out
+            sends = []
+            for i, (p, work) in enumerate(zip(params, works)):
+                owner = i % world
+                if work is not None:
+                    work.wait()
+                if owner == rank:
+                    g = p.grad.div_(world) if world > 1 else p.grad
+                    state = self._state(p, group["beta2"])
+                    muon_update(p, g, state["momentum_buffer"], state.get("second_momentum_buffer"),
+                                lr=group["lr"], momentum=group["momentum"], weight_decay=group["weight_decay"],
+                                ns_steps=group["ns_steps"], schedule=group["schedule"], ns_scale=group["ns_scale"],
+                                muon_eq=group["muon_eq"], muon_plus=group["muon_plus"], beta2=group["beta2"])
+                if world > 1:
+                    sends.append(dist.broadcast(p, src=owner, async_op=True))
+            for w in sends:
+                w.wait()
 
 
-ADAMW_BETAS = (0.8, 0.95)
-ADAMW_EPS = 1e-10
+class AdamW(torch.optim.AdamW):
+    """torch's AdamW (decoupled weight decay; the same update as nanochat's adamw_step_fused), with
+    the gradients averaged over the ranks first."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        sync_grads([p for g in self.param_groups for p in g["params"]])
+        return super().step(closure)
+
+
+def lr_scales(cfg) -> tuple[float, float]:
+    """(batch scale, d_model scale): nanochat's sqrt(B / 2^19) where batch_lr_scaling is on, and the
+    (n_embd / 768)^-0.5 of the AdamW learning rates."""
+    batch = (cfg.total_batch_size / B_REF) ** 0.5 if cfg.batch_lr_scaling else 1.0
+    return batch, (cfg.model.n_embd / 768) ** -0.5
+
+
+def muon_weight_decay(cfg) -> float:
+    """The Muon weight decay: cfg.weight_decay, or with weight_decay_scaling nanochat's rule
+    wd * sqrt(B / 2^19) * (D_ref / D), D the run's target tokens and D_ref those of nanochat's d12
+    (12 layers, 768 wide, 128-dim heads) at the same tokens:params ratio (base_train's T_epoch rule)."""
+    if not cfg.weight_decay_scaling:
+        return cfg.weight_decay
+    import dataclasses
+
+    from xsa.config import scaling_params
+    ratio = cfg.param_data_ratio
+    d12 = dataclasses.replace(cfg.model, n_layer=12, n_embd=768, n_head=6, n_kv_head=6,
+                              xsa_layers="none", xsa_alpha=0.0, xsa_value="mixed", xsa_variant="xsa")
+    target = int(ratio * scaling_params(cfg.model)) if ratio else cfg.num_tokens
+    d_ref = (ratio or cfg.num_tokens / scaling_params(cfg.model)) * scaling_params(d12)
+    return cfg.weight_decay * math.sqrt(cfg.total_batch_size / B_REF) * (d_ref / target)
 
 
 def build_optimizers(model, cfg, world_size: int = 1) -> list[torch.optim.Optimizer]:
     """The optimizers of a GPT for a TrainConfig: [AdamW, Muon] (optimizer "muon") or [AdamW].
 
-    Every param group records 'initial_lr' (the schedule multiplies it) and 'initial_wd' (the
-    weight decay the schedule decays to 0), and a 'name' for logs. `world_size` does not change the
-    update: DDP all-reduces gradients and each rank steps the full model (no sharding).
+    Every param group records 'initial_lr' (the schedule multiplies it), 'initial_wd' and
+    'decay_scheduled' (whether the weight-decay schedule drives it: the Muon matrices, and the
+    matrices of the AdamW-only arm; the other AdamW groups keep their decay, as nanochat), and a
+    'name' for logs. `world_size` is not needed: the optimizers read the process group.
     """
-    del world_size  # replicated updates (see module docstring)
+    del world_size
     groups = model.param_groups()
-    dmodel_scale = (cfg.model.n_embd / 768) ** -0.5
-    adam = [
-        dict(name="embedding", params=groups["embedding"], lr=cfg.embedding_lr * dmodel_scale),
-        dict(name="value_embeds", params=groups["value_embeds"], lr=cfg.embedding_lr * dmodel_scale),
-        dict(name="lm_head", params=groups["lm_head"], lr=cfg.unembedding_lr * dmodel_scale),
-        dict(name="resid_lambdas", params=groups["resid_lambdas"], lr=cfg.scalar_lr * 0.01),
-        # x0 lambdas use a longer first-moment memory, as nanochat does
-        dict(name="x0_lambdas", params=groups["x0_lambdas"], lr=cfg.scalar_lr, betas=(0.96, 0.95)),
-    ]
-    for g in adam:
-        g["weight_decay"] = 0.0
+    batch, dmodel = lr_scales(cfg)
+    emb = cfg.embedding_lr * dmodel * batch
+    lrs = {"lm_head": cfg.unembedding_lr * dmodel * batch, "embedding": emb,
+           "value_embeds": emb * cfg.value_embed_lr_scale, "resid_lambdas": cfg.scalar_lr * 0.01 * batch,
+           "x0_lambdas": cfg.scalar_lr * batch, "smear": cfg.smear_lr}
+    adam = [dict(name=name, params=groups[name], lr=lrs[name], betas=cfg.adam_betas[name],
+                 weight_decay=cfg.adam_weight_decay[name], decay_scheduled=False)
+            for name in lrs if groups.get(name)]
+    wd = muon_weight_decay(cfg)
     if cfg.optimizer == "adamw":
-        # control arm: the hidden matrices join AdamW at their own (unscaled) lr, with the weight decay
-        # Muon would have had, decoupled
-        adam.append(dict(name="matrix", params=groups["matrix"], lr=cfg.adamw_matrix_lr,
-                         weight_decay=cfg.weight_decay))
-    adam = [g for g in adam if g["params"]]  # e.g. a 1-layer model may have no value embeddings
+        # control arm: the block matrices join AdamW at their own lr, with the weight decay Muon would
+        # have had (decoupled, on the same schedule)
+        adam.append(dict(name="matrix", params=groups["matrix"], lr=cfg.adamw_matrix_lr * batch,
+                         betas=cfg.adamw_matrix_betas, weight_decay=wd, decay_scheduled=True))
     # fused AdamW on CUDA saves kernel launches; the CPU path stays the plain, deterministic loop
     on_cuda = groups["embedding"][0].is_cuda
-    optimizers = [torch.optim.AdamW(adam, betas=ADAMW_BETAS, eps=ADAMW_EPS, weight_decay=0.0,
-                                    fused=True if on_cuda else None)]
+    optimizers = [AdamW(adam, eps=ADAMW_EPS, fused=True if on_cuda else None)]
     if cfg.optimizer == "muon":
-        muon = Muon([dict(name="matrix", params=groups["matrix"])], lr=cfg.matrix_lr,
-                    momentum=cfg.muon_momentum, schedule=cfg.ns_schedule, weight_decay=cfg.weight_decay)
-        optimizers.append(muon)
+        optimizers.append(Muon([dict(name="matrix", params=groups["matrix"], decay_scheduled=True)],
+                               lr=cfg.matrix_lr * batch, momentum=cfg.muon_momentum, weight_decay=wd,
+                               schedule=cfg.ns_schedule, ns_scale=cfg.ns_scale, muon_eq=cfg.muon_eq,
+                               muon_plus=cfg.muon_plus, beta2=cfg.normuon_beta2))
     for opt in optimizers:
         for g in opt.param_groups:
             g["initial_lr"] = g["lr"]

@@ -109,17 +109,42 @@ def git_state() -> dict:
     return {"git_commit": commit, "git_dirty": dirty}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo; else what platform knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def software_versions() -> dict:
+    """The versions a rerun must match to reproduce numbers bit for bit."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def of(package):
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return None
+    return {"torch_version": torch.__version__, "numpy_version": of("numpy"), "tiktoken_version": of("tiktoken"),
+            "python_version": platform.python_version()}
+
+
 def provenance(*, config_hash: str, seed: int | None, device: str, wall_time_s: float | None = None,
                extra: dict | None = None) -> dict:
     """What a reader needs to repeat a result: code version, config, seed, software, hardware, date."""
-    import torch
     rec = {
         **git_state(),
         "config_hash": config_hash,
         "seed": seed,
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
+        **software_versions(),
         "device": device,
+        "cpu_model": cpu_model(),
         "hostname_kind": platform.machine(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_time_s": wall_time_s,

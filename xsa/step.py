@@ -3,20 +3,22 @@ One training step, and the one precision policy, for every stage that trains: pr
 (xsa/train.py), the throughput benchmark (xsa/throughput.py) and SFT (xsa/evaluate/sft.py).
 
     step = Step(model, cfg, device)               # optimizers, compiled forward, autocast, schedules
-    loss = step(it, batches)                      # one optimizer update: a 0-d tensor, no host sync
+    loss = step(it, batches, n_micro)             # one optimizer update: a 0-d tensor, no host sync
 
 A Step owns what an update needs: the optimizers (xsa.optim), the forward it calls (compiled or
-eager, wrapped in DDP under torchrun), the autocast context, and the schedules (learning rate,
-Muon momentum, weight decay) as functions of the update index. `batches` yields the update's
-micro-batches; gradients accumulate over them (DDP reduces on the last one only).
+eager), the autocast context, and the schedules (learning rate, Muon momentum, weight decay) as
+functions of the update index. `batches` yields the update's micro-batches; gradients accumulate
+over them, and the optimizers average them over the ranks under torchrun.
 
 Precision policy (`Precision.of`): on CUDA bf16 autocast and torch.compile; elsewhere fp32 and
-eager, because bf16 matmuls are slow on CPUs.
+eager, because bf16 matmuls are slow on CPUs, unless the config's gpu_path asks for the CUDA
+code path on a CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -24,16 +26,14 @@ import torch
 
 from xsa.config import TrainConfig
 
-MUON_MOMENTUM_START = 0.85
-
-
 # -----------------------------------------------------------------------------
-# Schedules, as functions of the index `it` of the update being made (0-based), as nanochat
+# Schedules, as functions of the index `it` of the update being made (0-based), as base_train
 
 def lr_multiplier(it: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, constant, then linear warm-down to final_lr_frac."""
+    """Linear warm-up over warmup_steps, constant, then linear warm-down to final_lr_frac over the
+    last warmdown_ratio of the run."""
     n = cfg.num_iterations
-    warmup, warmdown = round(cfg.warmup_ratio * n), round(cfg.warmdown_ratio * n)
+    warmup, warmdown = cfg.warmup_steps, round(cfg.warmdown_ratio * n)
     if it < warmup:
         return (it + 1) / warmup
     if it <= n - warmdown:
@@ -43,12 +43,26 @@ def lr_multiplier(it: int, cfg: TrainConfig) -> float:
 
 
 def muon_momentum(it: int, cfg: TrainConfig) -> float:
-    frac = min(it / max(cfg.muon_momentum_warmup_steps, 1), 1.0)
-    return (1 - frac) * MUON_MOMENTUM_START + frac * cfg.muon_momentum
+    """From muon_momentum_start to muon_momentum over the warm-up steps; then, during the LR
+    warm-down (once the warm-up is over), linearly to muon_momentum_final where it is set."""
+    warmup = cfg.muon_momentum_warmup_steps
+    if it < warmup:
+        frac = it / warmup
+        return (1 - frac) * cfg.muon_momentum_start + frac * cfg.muon_momentum
+    warmdown = round(cfg.warmdown_ratio * cfg.num_iterations)
+    start = cfg.num_iterations - warmdown
+    if cfg.muon_momentum_final is not None and warmdown > 0 and it >= start:
+        progress = (it - start) / warmdown
+        return (1 - progress) * cfg.muon_momentum + progress * cfg.muon_momentum_final
+    return cfg.muon_momentum
 
 
 def weight_decay_multiplier(it: int, cfg: TrainConfig) -> float:
-    return 1 - it / cfg.num_iterations
+    """Of the scheduled weight decays (Muon's): cosine or linear decay to 0 over the run."""
+    frac = it / cfg.num_iterations
+    if cfg.weight_decay_schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * frac))
+    return 1 - frac
 
 
 @dataclass(frozen=True)
@@ -76,8 +90,10 @@ class Precision:
 
     @classmethod
     def of(cls, device: torch.device, cfg: TrainConfig | None = None) -> "Precision":
-        if device.type == "cuda":
-            return cls(torch.bfloat16, True, "cuda")
+        """bf16 autocast and torch.compile on CUDA, and wherever cfg.gpu_path asks for the CUDA code
+        path (on a CPU: to test it); fp32 and eager otherwise."""
+        if device.type == "cuda" or (cfg is not None and cfg.gpu_path):
+            return cls(torch.bfloat16, True, device.type)
         return cls(None, False, device.type)
 
     def context(self):
@@ -97,32 +113,29 @@ class Step:
     """One optimizer update of `model` under `cfg`: micro-batches, autocast, schedules, optimizers.
 
     schedules: the lr, momentum and weight-decay schedules (default: pre-training's, from cfg); SFT
-    and the benchmark pass their own. ddp: wrap the compiled forward in DistributedDataParallel.
+    and the benchmark pass their own. Under torchrun each rank accumulates its own micro-batches and
+    the optimizers average the gradients (xsa/optim.py), so there is no DDP wrapper.
     """
 
-    def __init__(self, model, cfg: TrainConfig, device: torch.device, *, world_size: int = 1,
-                 ddp: bool = False, schedules: Schedules | None = None):
+    def __init__(self, model, cfg: TrainConfig, device: torch.device, *, schedules: Schedules | None = None):
         from xsa.optim import build_optimizers
         self.model, self.cfg, self.device = model, cfg, device
         self.precision = Precision.of(device, cfg)
-        self.optimizers = build_optimizers(model, cfg, world_size)
-        self.forward = self.precision.compiled(model)  # compiled before DDP wraps it
-        if ddp:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-            self.train_model = DDP(self.forward, device_ids=[device.index] if device.type == "cuda" else None)
-        else:
-            self.train_model = self.forward
-        self.ddp = ddp
+        self.optimizers = build_optimizers(model, cfg)
+        self.forward = self.precision.compiled(model)
         self.schedules = schedules or Schedules.pretraining(cfg)
+        self.lr = None  # the lr multiplier of the last update (for the log)
 
     def set_schedules(self, it: int) -> float:
-        """Set every group's lr, weight decay and (Muon) momentum for update `it`; return the lr multiplier."""
+        """Set every group's lr, scheduled weight decay and (Muon) momentum for update `it`; return
+        the lr multiplier."""
         lrm = self.schedules.lr(it)
         mom, wdm = self.schedules.momentum(it), self.schedules.weight_decay(it)
         for opt in self.optimizers:
             for group in opt.param_groups:
                 group["lr"] = group["initial_lr"] * lrm
-                group["weight_decay"] = group["initial_wd"] * wdm
+                if group.get("decay_scheduled"):
+                    group["weight_decay"] = group["initial_wd"] * wdm
                 if "momentum" in group:
                     group["momentum"] = mom
         return lrm
@@ -131,13 +144,10 @@ class Step:
         """Update `it` over the n_micro (x, y) micro-batches of `batches`; the mean loss, on device."""
         self.lr = self.set_schedules(it)
         loss_sum = torch.zeros((), device=self.device)
-        for micro, (x, y) in enumerate(batches):
-            last = micro == n_micro - 1
-            sync = self.train_model.no_sync() if self.ddp and not last else contextlib.nullcontext()
-            with sync:
-                with self.precision.context():
-                    loss = self.train_model(x, y)
-                (loss / n_micro).backward()
+        for x, y in batches:
+            with self.precision.context():
+                loss = self.forward(x, y)
+            (loss / n_micro).backward()
             loss_sum += loss.detach()
         for opt in self.optimizers:
             opt.step()

@@ -206,6 +206,14 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
     return evaluate
 
 
+def data_fingerprint(data_dir: Path) -> str:
+    """sha256 of the data folder's manifest, which lists the size and sha256 of every file the run
+    read (tokenizer, token shards): equal fingerprints, equal data."""
+    from xsa.data.shards import MANIFEST
+    from xsa.records import sha256_file
+    return sha256_file(Path(data_dir) / MANIFEST)
+
+
 def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
     return TrainingDiverged(f"training diverged: {what} at step {step}; stopped. The last good checkpoint "
                             f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
@@ -227,7 +235,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     model = GPT(cfg.model)
     model.init_weights()
     model.to(device)
-    step_fn = Step(model, cfg, device, world_size=world, ddp=is_ddp)
+    step_fn = Step(model, cfg, device)
     step, loop = 0, Loop()
     if saved is not None and ckpt.state_path(out).exists():
         step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
@@ -327,8 +335,9 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         atomic_write_json(out / "provenance.json", provenance(
             config_hash=cfg.config_hash(), seed=cfg.seed, device=device_name(device),
             wall_time_s=loop.wall_time_s,
-            extra=dict(world_size=world, data_dir=str(data_dir), num_threads=torch.get_num_threads(),
-                       cpu_time_s=loop.cpu_time_s, command=" ".join(sys.argv))))
+            extra=dict(world_size=world, data_dir=str(data_dir), data_sha256=data_fingerprint(data_dir),
+                       num_threads=torch.get_num_threads(), cpu_time_s=loop.cpu_time_s,
+                       command=" ".join(sys.argv))))
     _barrier(is_ddp)
     return summary
 

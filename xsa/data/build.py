@@ -26,7 +26,8 @@ from xsa.data.shards import ShardWriter, tokenize_split, write_manifest
 from xsa.data.tokenizer import Tokenizer
 
 COMPLETE = "BUILD_COMPLETE"
-# fraction of documents (by hash) in val; checked afterwards: >= 1% of bytes and >= MIN_VAL_BYTES
+# per corpus (DATA_SUBSETS[subset]["corpus"]): fraction of documents (by hash) in val; checked
+# afterwards: >= 1% of bytes and >= MIN_VAL_BYTES
 VAL_FRACTION = {"smoke": 0.05, "default": 0.015}
 MIN_VAL_BYTES = {"default": 1_000_000, "climbmix": 1_000_000}  # smoke: only the 1% rule
 SPLITS = ("train", "val")
@@ -166,16 +167,16 @@ def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None =
 def _build_into(subset: str, out: Path, bundle: Path | None) -> None:
     t0 = time.time()
     timings = {}
-    vocab_size = DATA_SUBSETS[subset]["vocab_size"]
-    streams = climbmix_streams() if subset == "climbmix" else registry_streams(subset)
+    vocab_size, corpus = DATA_SUBSETS[subset]["vocab_size"], DATA_SUBSETS[subset]["corpus"]
+    streams = climbmix_streams() if corpus == "climbmix" else registry_streams(corpus)
     decon = Decontaminator(bundle)
     timings["decontam_index_s"] = round(time.time() - t0, 2)
 
-    _write_corpus(streams, out, decon, VAL_FRACTION.get(subset, 0.0))
+    _write_corpus(streams, out, decon, VAL_FRACTION.get(corpus, 0.0))
     timings["corpus_s"] = round(time.time() - t0, 2)
     val_bytes = sum(s.stats["val"]["bytes"] for s in streams)
     all_bytes = val_bytes + sum(s.stats["train"]["bytes"] for s in streams)
-    need = max(0.01 * all_bytes, MIN_VAL_BYTES.get(subset, 0))
+    need = max(0.01 * all_bytes, MIN_VAL_BYTES.get(corpus, 0))
     if val_bytes < need:
         raise RuntimeError(f"validation split too small: {val_bytes} bytes, need {need:.0f}")
 
@@ -208,7 +209,7 @@ def _build_into(subset: str, out: Path, bundle: Path | None) -> None:
 
 
 def data_card(subset: str, streams: list[Stream], tok: Tokenizer, decon: Decontaminator, timings: dict) -> dict:
-    val_fraction = VAL_FRACTION.get(subset, 0.0)
+    val_fraction = VAL_FRACTION.get(DATA_SUBSETS[subset]["corpus"], 0.0)
     per = {s.name: {**s.info, "weight": s.weight, **s.stats} for s in streams}
     total = lambda key: sum(s.stats[sp][key] for s in streams for sp in SPLITS)
     return {
