@@ -1,6 +1,8 @@
 # The README's two commands, on a fresh machine:
 #   make paper [STUDY=default|smoke|gpu]   set up, run the study's pipeline, print where the paper is
 #   make test                              set up (with the browser the JupyterLab test drives), run the tests
+# and one more:
+#   make reproduce RUN=<run id>            retrain one committed run and compare it with its record
 
 PYTHON ?= python3
 VENV := .venv
@@ -17,7 +19,7 @@ export XSA_EVAL_BUNDLE := $(abspath ../shared/eval_bundle)
 endif
 endif
 
-.PHONY: setup browser test paper
+.PHONY: setup browser tcmalloc test paper reproduce
 
 setup: $(STAMP)
 
@@ -31,6 +33,12 @@ browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; } \
 		|| echo "warning: could not install chromium; the JupyterLab browser test will be skipped"
 
+# Debian's tcmalloc: the CPU study preloads it (faster allocation, the same arithmetic; recorded as
+# ld_preload in each run's provenance). Without it the study runs with glibc malloc, more slowly.
+tcmalloc:
+	@ls /usr/lib/*/libtcmalloc_minimal.so.4 >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libtcmalloc-minimal4; } \
+		|| echo "warning: could not install libtcmalloc-minimal4; training runs with glibc malloc (slower, same numbers)"
+
 test: setup browser
 	$(PY) -m pytest -q tests
 
@@ -39,14 +47,19 @@ test: setup browser
 # a GPU study runs as one process.
 SHARDS ?= $(if $(filter gpu,$(STUDY)),1,2)
 THREADS ?= $(if $(filter 1,$(SHARDS)),,1)
-TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
-WORK_ENV := $(if $(THREADS),OMP_NUM_THREADS=$(THREADS)) $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC))
+TCMALLOC = $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
+WORK_ENV = $(if $(THREADS),OMP_NUM_THREADS=$(THREADS)) $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC))
 PIPELINE := $(PY) -m xsa.pipeline --study $(STUDY)
-SHARD := $(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard
+SHARD = $(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard
 
-paper: setup
+paper: setup tcmalloc
 	$(PIPELINE) --stages validation data
 	@pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
 		echo "$(SHARD) $$k/$(SHARDS)"; $(SHARD) $$k/$(SHARDS) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PIPELINE) --stages paper
+
+# retrain one committed run from scratch (one thread, as the study) and compare val bpb and weights
+reproduce: setup tcmalloc
+	@test -n "$(RUN)" || { echo "usage: make reproduce RUN=<run id> (a folder of results/runs)"; exit 2; }
+	$(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)) OMP_NUM_THREADS=1 $(PY) -m xsa.reproduce --run $(RUN)

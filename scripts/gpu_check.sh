@@ -1,37 +1,75 @@
 #!/usr/bin/env bash
-# The GPU check, one command, at most 8 minutes on one GPU (sized for an H200):
-#   1. the XSA throughput benchmark at d12 (full 2^19-token steps) plus a short training of both
-#      arms on synthetic copy-task tokens (the benchmark's loss curves; no data download needed,
-#      GPU machines may have no network),
-#   2. the throughput benchmark at d24 (steps of 2 of its 16 accumulation micro-batches, so it fits),
-# writing run records (JSON with provenance and hardware) under OUT_DIR, default results/gpu.
-# Every stage has its own time limit; a stage that fails or runs out is reported and the rest go on.
+# The GPU check, one command, sized for one GPU (H200/H100) in at most about 9 minutes:
+#   0. prerequisites: a CUDA build of torch that sees a GPU, a C compiler and triton for
+#      torch.compile, the package itself; what is missing is named and nothing else runs;
+#   1. the XSA throughput benchmark at d12 (full 2^19-token steps, 3 warm-up rounds that include
+#      compiling both arms, 20 measured ABBA rounds) plus 15 extra training steps of both arms on
+#      synthetic copy-task tokens (no data download: GPU machines may have no network);
+#   2. the same at d24 with steps of 2 of its micro-batches (2 x 16 x 2048 tokens), so it fits.
+# Each stage has its own time limit; the benchmark writes its JSON as rounds arrive, so a stage cut
+# short still leaves what it measured. Records (JSON with provenance and hardware) go to OUT_DIR,
+# default results/gpu, with nvidia-smi's report; the compiled kernels are cached in
+# ~/.cache/xsa/inductor, so a second check starts warm.
 #
+#   scripts/gpu_check.sh --prereq              only check the prerequisites
 #   scripts/gpu_check.sh [OUT_DIR]             on the GPU
 #   scripts/gpu_check.sh --dry-run OUT_DIR     on CPU, smoke preset, a few steps (exercised by the tests)
 #
-# Real-data d12 training (`python -m xsa.train --preset d12 --max-steps N`) needs the ClimbMix
-# shards built beforehand and does not fit in this budget with compilation of both arms.
+# Real-data training (`python -m xsa.train --preset d12 --max-steps N`) needs the ClimbMix shards
+# built beforehand (`python -m xsa.data build --subset climbmix --preset d12`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DRY=0
+DRY=0; PREREQ_ONLY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
+if [[ "${1:-}" == "--prereq" ]]; then PREREQ_ONLY=1; shift; fi
 OUT="${1:-results/gpu}"
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
   if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
 fi
 
+prereq() {  # prereq cuda|cpu: print what is missing, exit status 1 if anything is
+  "$PY" - "$1" <<'PY'
+import importlib.util, shutil, sys
+need_cuda = sys.argv[1] == "cuda"
+missing = []
+try:
+    import torch
+except ImportError:
+    print("missing: torch (install a CUDA build first, e.g. conda env create -f environment.yml)"); sys.exit(1)
+if importlib.util.find_spec("xsa") is None:
+    missing.append("the xsa package (pip install -e '.[test]')")
+if need_cuda:
+    if torch.version.cuda is None:
+        missing.append(f"a CUDA build of torch (this is {torch.__version__}, a CPU build)")
+    elif not torch.cuda.is_available():
+        missing.append("a visible GPU (torch.cuda.is_available() is False: driver, CUDA_VISIBLE_DEVICES?)")
+    if importlib.util.find_spec("triton") is None:
+        missing.append("triton (torch.compile's GPU kernels)")
+if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+    missing.append("a C compiler (torch.compile builds its wrappers with one; conda: c-compiler, Debian: gcc)")
+for m in missing:
+    print(f"missing: {m}")
+if not missing:
+    gpu = torch.cuda.get_device_name(0) if need_cuda else "CPU (dry run)"
+    print(f"prerequisites ok: torch {torch.__version__} (CUDA {torch.version.cuda}), {gpu}")
+sys.exit(1 if missing else 0)
+PY
+}
+
+if [[ $PREREQ_ONLY == 1 ]]; then prereq cuda; exit $?; fi
 if [[ $DRY == 1 ]]; then
+  prereq cpu || exit 2
   D12=(--preset smoke --steps 3 --warmup 1 --train-steps 2 --device cpu)
   D24=(--preset smoke --steps 3 --warmup 1 --device cpu)
   LIMIT_D12=300; LIMIT_D24=300
 else
-  # d12: 3 warm-up (includes compilation) + 20 measured + 15 training steps per arm at ~1 s each
+  prereq cuda || exit 2
+  # d12: compiling two arms from a cold cache is most of the warm-up; then ~0.3 s a step each
   D12=(--preset d12 --steps 20 --warmup 3 --train-steps 15 --device cuda)
   D24=(--preset d24 --steps 20 --warmup 3 --total-batch-size 65536 --device cuda)
-  LIMIT_D12=260; LIMIT_D24=200
+  LIMIT_D12=300; LIMIT_D24=240
 fi
 
 if compgen -G "$OUT/*.json" > /dev/null; then
@@ -39,15 +77,21 @@ if compgen -G "$OUT/*.json" > /dev/null; then
   exit 2
 fi
 mkdir -p "$OUT"
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$HOME/.cache/xsa/inductor}"
 { nvidia-smi 2>/dev/null || echo "no nvidia-smi (dry run or no NVIDIA GPU)"; } > "$OUT/nvidia-smi.txt"
 
 failed=0
 stage() {  # stage NAME LIMIT_S ARGS...: one benchmark under its own time limit
   local name=$1 limit=$2; shift 2
   echo "== $name (limit ${limit}s)"
+  local t0=$SECONDS
   timeout "$limit" "$PY" -m xsa.throughput "$@" --out "$OUT/$name.json"
   local rc=$?
-  if [[ $rc != 0 ]]; then echo "!! $name failed or ran out of time (exit $rc)" >&2; failed=1; fi
+  echo "   $name: $((SECONDS - t0))s"
+  if [[ $rc != 0 ]]; then
+    echo "!! $name failed or ran out of time (exit $rc); $OUT/$name.json holds the rounds measured so far" >&2
+    failed=1
+  fi
 }
 start=$SECONDS
 stage throughput_d12 "$LIMIT_D12" "${D12[@]}"

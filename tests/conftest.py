@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules: one CPU thread, the smoke data, the offline eval bundle,
 a short smoke training run, and stub notebooks for the pipeline."""
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -13,6 +14,8 @@ BUNDLE = REPO.parent / "shared" / "eval_bundle"
 KERNEL_META = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                "language_info": {"name": "python"}}
 QUIET = dict(eval_every=1000, checkpoint_every=1000)  # evals and checkpoints only at the end
+if (BUNDLE / "core.yaml").exists():  # offline, as in CI: the bundle beside the checkout, never a download
+    os.environ.setdefault("XSA_EVAL_BUNDLE", str(BUNDLE))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -54,3 +57,44 @@ def stub_notebook(folder: Path, name: str, code: str, params: str = "strict = Tr
     cell.metadata["tags"] = ["parameters"]
     folder.mkdir(parents=True, exist_ok=True)
     nbformat.write(new_notebook(cells=[cell, new_code_cell(code)], metadata=KERNEL_META), folder / name)
+
+
+def kill_during(cfg, out, data_dir, step: int):
+    """Train `cfg` into `out` and kill the run while it loads the batch of update `step` (as a
+    kill -9 would: no record of that update, the last checkpoint left as it was)."""
+    from xsa.data.loader import TokenLoader
+    from xsa.train import train
+    orig = TokenLoader.get
+
+    def get_or_die(self, s, micro):
+        if s == step:
+            raise KeyboardInterrupt("simulated kill")
+        return orig(self, s, micro)
+    TokenLoader.get = get_or_die
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, out, data_dir=data_dir, progress=False)
+    finally:
+        TokenLoader.get = orig
+
+
+# A tokenizer for chat-format tests: characters 0..255 as themselves, the chat specials after them
+SPECIALS = ["<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>"]
+
+
+class CharTokenizer:
+    """Characters 0..255 as themselves, specials after them."""
+    vocab_size = 256 + len(SPECIALS)
+    bos_id = 256
+
+    def special_id(self, name):
+        return 256 + SPECIALS.index(name)
+
+    def encode(self, text):
+        return [min(ord(c), 255) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids if i < 256)
+
+
+TOK = CharTokenizer()

@@ -178,6 +178,7 @@ def test_decontam_bundle_formats(tmp_path):
                 "eight nine ten eleven twelve thirteen fourteen", "gold": 0},
                {"task_id": "t/1", "prompt": "def f(a, b):\n    return a + b  # sum of the two numbers given here please"}]
     (tmp_path / "eval_data" / "x" / "t.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    (tmp_path / "core.yaml").write_text("icl_tasks: []\n")  # a bundle is a folder with core.yaml
     decon = Decontaminator(tmp_path)
     hits = decon.contaminated(["One, two, three, four, five, six, seven; eight nine ten eleven twelve thirteen!",
                                "def f(a, b): return a + b # Sum of the two numbers given here, please.",

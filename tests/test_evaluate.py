@@ -23,6 +23,7 @@ class ByteTokenizer:
     """UTF-8 bytes shifted by one, so id 0 is free for <|bos|>."""
     bos_id = 0
     vocab_size = 257
+    token_bytes = torch.tensor([0] + [1] * 256, dtype=torch.int32)  # one byte a token, none for bos
 
     def encode(self, text):
         return [b + 1 for b in text.encode("utf-8")]
@@ -196,6 +197,25 @@ def test_mean_loss_not_sum_decides_multiple_choice(tmp_path):
     assert res["tasks"]["t"]["accuracy"] == 1.0  # a sum-of-loss rule would pick "b"
 
 
+def test_likelihood_measures_by_hand(tmp_path):
+    # the scored tokens are what the choices add after their common prefix "Q ": "aaaa" (4 bytes at
+    # loss 1: 4 nats) and "b" (1 byte at loss 2)
+    records = [{"query": "Q", "choices": ["aaaa", "b"], "gold": 0}, {"query": "Q", "choices": ["aaaa", "b"], "gold": 1}]
+    bundle = load_bundle(write_bundle(tmp_path, {"t": ("multiple_choice", 0, 50, records)}))
+    table = torch.ones(TOK.vocab_size)
+    table[TOK.encode("b")[0]] = 2.0
+
+    def scorer(ids, cols, targets):
+        return table[targets], torch.zeros_like(targets)
+    t = core.evaluate_core(bundle, TOK, scorer, max_len=100)["tasks"]["t"]
+    ln2 = math.log(2)
+    a_bpb, b_bpb = 4 / (4 * ln2), 2 / (1 * ln2)
+    items = dict(zip(t["items"]["index"], zip(t["items"]["correct_bpb"], t["items"]["margin_bpb"])))
+    assert items[0] == pytest.approx((a_bpb, b_bpb - a_bpb), rel=1e-5)  # correct "aaaa": preferred by 1.44 bits/byte
+    assert items[1] == pytest.approx((b_bpb, a_bpb - b_bpb), rel=1e-5)  # correct "b": a negative margin
+    assert t["correct_bpb"] == pytest.approx((a_bpb + b_bpb) / 2, rel=1e-5) and t["margin_bpb"] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_model_scorer_matches_full_logits():
     model = tiny_model(64)
     ids = torch.randint(1, TOK.vocab_size, (3, 20))
@@ -281,7 +301,35 @@ def test_cli_merges_core_into_eval_json(tmp_path):
     assert set(out["tasks"]) == {"mc", "letters", "schema", "lm"}
     assert all(t["n"] == 4 and 0 <= t["accuracy"] <= 1 for t in out["tasks"].values())
     assert out["core"] == pytest.approx(sum(t["centered"] for t in out["tasks"].values()) / 4)
-    assert out["core_detail"]["core_complete"] is False
+    assert out["core_complete"] is False  # a task file is missing: the mean is not CORE
+    items = json.loads((run / "core_items.json").read_text())["tasks"]
+    assert set(items) == set(out["tasks"]) and all(len(t["correct_bpb"]) == 4 for t in items.values())
+    assert "items" not in out["tasks"]["mc"] and out["tasks"]["mc"]["correct_bpb"] > 0
+
+
+def test_cli_checks_its_arguments_before_any_work(tmp_path, capsys):
+    from xsa.evaluate.__main__ import main
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")  # looks like a run folder; nothing loads before the checks
+    for args, what in ((["--max-per-task", "0"], "--max-per-task"), (["--max-per-task", "-1"], "--max-per-task"),
+                       (["--out", str(tmp_path)], "folder")):
+        with pytest.raises(SystemExit) as exc:
+            main(["core", "--run", str(run), *args])
+        assert exc.value.code == 2 and what in capsys.readouterr().err
+
+
+def test_subsample_refuses_zero_and_negative_counts():
+    with pytest.raises(ValueError, match="max_per_task"):
+        core.subsample(10, 0)
+    with pytest.raises(ValueError, match="max_per_task"):
+        core.subsample(10, -1)
+
+
+def test_empty_task_file_names_the_file(tmp_path):
+    bundle = load_bundle(write_bundle(tmp_path, {"empty": ("multiple_choice", 0, 25, [])}))
+    with pytest.raises(BundleError, match="empty"):
+        core.evaluate_core(bundle, TOK, oracle_scorer([]), max_len=100)
 
 
 def test_task_table_is_written_as_csv_and_markdown(tmp_path):

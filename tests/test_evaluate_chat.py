@@ -10,27 +10,9 @@ import torch
 
 from xsa.config import make_config
 from xsa.evaluate import chat, sft
+from conftest import TOK
 from xsa.model import GPT
 
-SPECIALS = ["<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>"]
-
-
-class CharTokenizer:
-    """Characters 0..255 as themselves, specials after them."""
-    vocab_size = 256 + len(SPECIALS)
-    bos_id = 256
-
-    def special_id(self, name):
-        return 256 + SPECIALS.index(name)
-
-    def encode(self, text):
-        return [min(ord(c), 255) for c in text]
-
-    def decode(self, ids):
-        return "".join(chr(i) for i in ids if i < 256)
-
-
-TOK = CharTokenizer()
 
 
 def test_conversation_masks_only_assistant_tokens():

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from xsa import pipeline
+from xsa.paper import pdf_engine
 from xsa.records import REPO_ROOT, atomic_write_json
 from xsa.studies import get_study
 
@@ -147,7 +148,7 @@ def test_paper_export_embeds_figures(tmp_path):
     assert "data:image/png;base64," in html and "Stub paper" in html
     md = (paper / "paper.md").read_text()
     assert "Stub paper" in md and "paper_files/" in md
-    if pipeline.pdf_engine():
+    if pdf_engine():
         assert (paper / "paper.pdf").read_bytes()[:5] == b"%PDF-"
         assert "PDF engine" in out.stdout
     else:
@@ -207,3 +208,18 @@ def test_train_job_must_leave_the_run_it_asked_for(tmp_path):
                   "atomic_write_json(out_dir + '/summary.json', {'complete': True})", params=TRAIN_PARAMS)
     out = cli("--study", "smoke", "--stages", "train", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
     assert out.returncode == 1 and "records config hash" in out.stderr
+
+
+def test_downstream_stages_skip_runs_not_trained_yet(tmp_path):
+    """Evaluation can run beside training: a run still training (or stopped early) is skipped with
+    a word, never evaluated from a half-trained model."""
+    stubs = tmp_path / "stubs"
+    stub_notebook(stubs, "03_diagnostics.ipynb", "raise AssertionError('must not run')",
+                  params="runs = []\nout_dir = None")
+    run = get_study("smoke").runs[0]
+    d = tmp_path / "r" / "runs" / run.run_id
+    atomic_write_json(d / "config.json", run.config().to_dict())
+    atomic_write_json(d / "summary.json", {"complete": False})
+    out = cli("--study", "smoke", "--stages", "diagnostics", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("not trained to its horizon yet, skipped") == 2

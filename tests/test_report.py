@@ -90,23 +90,54 @@ def test_main_table_and_claims(results, study):
     main = built["tables"]["main"]
     ours = {r["arm"]: r for r in main if r["source"] == "ours"}
     assert ours["baseline"]["n"] == 3 and ours["baseline"]["val_bpb"] == pytest.approx(sum(BPB["base"]) / 3)
-    rel = sum(BPB["xsa1"]) / sum(BPB["base"]) - 1
-    assert ours["XSA a=1"]["val_bpb_rel"] == pytest.approx(rel)
+    rels = [(x - b) / b for x, b in zip(BPB["xsa1"], BPB["base"])]  # per seed, paired
+    assert ours["XSA a=1"]["val_bpb_rel"] == pytest.approx(sum(rels) / 3)
     theirs = [r for r in main if r["source"].startswith("theirs")]
     assert [r["val_bpb"] for r in theirs] == [0.8484, 0.8457, 0.7193, 0.7171]
-    assert theirs[3]["chatcore"] == 0.3682 and theirs[1]["chatcore"] is None
+    assert all(r["source"] == "theirs (seed paper)" for r in theirs)
+    assert theirs[1]["val_bpb_rel"] == pytest.approx(0.8457 / 0.8484 - 1)
 
     claims = {c["claim"]: c for c in built["tables"]["claims"]}
     bpb = claims["XSA lowers val bpb at the smaller depth"]
-    diffs = [x - b for x, b in zip(BPB["xsa1"], BPB["base"])]
-    ci = mean_ci(diffs)["ci"]
-    assert bpb["n"] == 3 and bpb["estimate"] == pytest.approx(sum(diffs) / 3) and bpb["verdict"] == "supported"
+    ci = mean_ci(rels)["ci"]
+    assert bpb["n"] == 3 and bpb["estimate"] == pytest.approx(sum(rels) / 3) and bpb["verdict"] == "supported"
     assert bpb["ci95"] == ci  # a number pair in the row, text only where written
+    assert bpb["excludes_zero"] and bpb["statement"].startswith(
+        f"XSA changes val bpb by {100 * sum(rels) / 3:+.2f}% [{100 * ci.lo:+.2f}%, {100 * ci.hi:+.2f}%] (n = 3): "
+        "excludes no effect")
     assert f"[{ci.lo:.4f}, {ci.hi:.4f}]" in (results / "tables" / "claims.md").read_text()
-    assert claims["XSA lowers Base CORE at the smaller depth"]["verdict"].startswith("cannot decide")
+    core = claims["XSA lowers Base CORE at the smaller depth"]  # absolute points: differences -0.01, +0.01, 0
+    assert core["verdict"].startswith("not decided") and core["estimate"] == pytest.approx(0.0, abs=1e-12)
     assert claims["XSA lowers the diagonal attention mass"]["verdict"] == "supported"
     assert claims["XSA's runtime overhead is at most about 5%"]["verdict"] == "supported"
     assert "**supported**" in report.summary_text(study, built)
+
+
+def test_relative_change_keeps_its_sign_below_zero():
+    """A change from a negative baseline (CORE near chance) used to get the wrong sign."""
+    from xsa.report.stats import relative_differences
+    assert relative_differences({0: -0.03}, {0: -0.015}) == {0: pytest.approx(0.5)}  # higher: positive
+    assert relative_differences({0: 2.0}, {0: 1.9}) == {0: pytest.approx(-0.05)}
+
+
+def test_sweep_is_reported_on_matched_seeds(tmp_path):
+    """An arm with more seeds than the others is averaged over the shared seeds only."""
+    pair = xsa_pair("smoke")
+    sweep = Sweep.over("alpha_sweep", pair.b, "xsa_alpha", (0.5, 1.0), seed_arm=pair.a)
+    runs = [a.run(s) for a in sweep.all_arms() for s in range(2)] + [pair.b.run(2), pair.a.run(2)]
+    for run in runs:
+        write_run(tmp_path, run, 1.5 - 0.01 * run.config().model.xsa_alpha + 0.1 * run.seed)
+    study = Study(name="t", scale="test", runs=tuple(runs), main=(pair,), comparisons=(sweep,))
+    rows = report.build(study, tmp_path)["tables"]["alpha_sweep"]
+    assert [r["n"] for r in rows] == [2, 2, 2]  # seed 2 of the baseline and alpha 1 left out
+
+
+def test_power_calculation():
+    from xsa.report.stats import power, seeds_needed
+    assert power(8, 0.004, 0.0066) > 0.8 > power(3, 0.004, 0.0066)
+    n = seeds_needed(0.004, 0.0066)
+    assert power(n, 0.004, 0.0066) >= 0.8 > power(n - 1, 0.004, 0.0066)
+
 
 
 def test_verdicts():
@@ -157,14 +188,15 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
                 runs.append(arm.run(s))
     study = Study(name="t", scale="test scale", runs=tuple(runs), main=(SMOKE,),
                   comparisons=(Contrast("optimizer_control", pairs["muon"], pairs["adamw"]),))
-    rows = report.build(study, tmp_path)["tables"]["optimizer_control"]
-    assert [r["comparison"] for r in rows] == ["smoke Muon", "smoke AdamW only",
-                                               "(smoke AdamW only) minus (smoke Muon)"]
+    built = report.build(study, tmp_path)
+    rows = {(r["comparison"], r["metric"]): r for r in built["tables"]["effects"]}
+    row = rows[("(smoke AdamW only) minus (smoke Muon)", "val_bpb")]
     contrast = [(a1 - a0) - (m1 - m0) for a0, a1, m0, m1 in zip(adamw["base"], adamw["xsa1"], muon["base"], muon["xsa1"])]
     ci = mean_ci(contrast)["ci"]
-    assert rows[2]["n_val_bpb"] == 3 and rows[2]["d_val_bpb"] == pytest.approx(sum(contrast) / 3)
-    assert rows[2]["d_val_bpb_ci95"] == ci and ci.lo > 0  # the effects differ
-    assert "**the effect differs between the optimizers**" in report.summary_text(study, report.build(study, tmp_path))
+    assert row["n"] == 3 and row["d"] == pytest.approx(sum(contrast) / 3)
+    assert row["d_ci95"] == ci and ci.lo > 0  # the effects differ
+    sentence = " ".join(report.text.contrast_sentences(study, built))
+    assert "the two effects differ" in sentence
 
 
 def test_setup_alpha_figure_and_gpu_table(tmp_path):

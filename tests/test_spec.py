@@ -69,3 +69,39 @@ def test_readme_study_table_agrees_with_the_default_study():
     assert sum(int(r["runs"]) for r in body) == len(study.runs)
     named = {p for r in body for p in re.split(r",\s*", r["preset"])}
     assert named == set(study.presets())
+
+
+def test_a_new_attention_variant_touches_config_model_and_validation_only(monkeypatch, smoke_data, tmp_path):
+    """A variant beside XSA: its name in config.XSA_VARIANTS, its function in model.XSA_VARIANTS and
+    a check in validation.CHECKS. Nothing else changes: the run spec names it, training runs it,
+    the pipeline's jobs and the report's loader take it."""
+    import torch
+
+    from xsa import config, model, pipeline, validation
+    from xsa.report import load_run
+    from xsa.train import train
+
+    def damp(y, v, alpha):  # the trivial variant: scale the attention output down by alpha
+        return (1 - alpha) * y
+
+    def check_damp():
+        y, v = validation._random_yv(0)
+        return validation.Check("damp halves y at alpha 0.5", (damp(y, v, 0.5) - y / 2).abs().max().item(), 1e-6, "")
+
+    monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "damp"))  # 1. config
+    monkeypatch.setitem(model.XSA_VARIANTS, "damp", damp)  # 2. model
+    monkeypatch.setattr(validation, "CHECKS", (*validation.CHECKS, check_damp))  # 3. validation
+    assert all(c.passed for c in validation.run_checks())
+
+    run = Run.of("smoke", xsa_alpha=0.5, xsa_variant="damp")
+    assert run.run_id == "smoke_damp0.5_s0" and Run.from_config(run.config()) == run
+    calls = []
+    monkeypatch.setitem(model.XSA_VARIANTS, "damp", lambda y, v, a: calls.append(a) or damp(y, v, a))
+    train(run.config(), tmp_path / run.run_id, data_dir=smoke_data, max_steps=2, progress=False)
+    assert calls and set(calls) == {0.5}
+    assert load_run(tmp_path / run.run_id)["arm"] == "smoke_damp0.5"
+    layout = pipeline.Layout(tmp_path, tmp_path / "paper", "smoke")
+    assert layout.run_dir(run) == tmp_path / "runs" / run.run_id
+    with torch.no_grad():  # and the variant really is what the model runs
+        m = model.GPT(run.config().model)
+        assert m.blocks[0].attn.xsa_variant == "damp"

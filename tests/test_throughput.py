@@ -98,3 +98,12 @@ def test_benchmark_arms_are_the_study_runs(tmp_path):
     assert r["model"]["xsa_layers"] == "none" and r["xsa_arm"]["xsa_layers"] == "all"
     assert r["provenance"]["config_hash"] == pair.a.config().config_hash()
     assert json.loads((tmp_path / "tp.json").read_text())["complete"] is True
+
+
+def test_gpu_check_names_missing_prerequisites():
+    """On a CPU-only machine the check stops before any work and says what a GPU server needs."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--prereq"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "missing: a CUDA build of torch" in proc.stdout

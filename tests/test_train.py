@@ -18,7 +18,7 @@ from xsa.config import ConfigError, make_config
 from xsa.records import read_json, read_jsonl
 from xsa.train import EMA_BETA, TrainingDiverged, main, train
 
-from conftest import QUIET
+from conftest import QUIET, kill_during
 
 
 def run(cfg, out, data, **kw):
@@ -70,24 +70,14 @@ def test_alpha0_training_matches_baseline(smoke_data, tmp_path, monkeypatch):
 # -----------------------------------------------------------------------------
 # (g) kill and resume ends bit-identical
 
-def test_killed_and_resumed_run_is_bit_identical(smoke_data, tmp_path, monkeypatch):
+def test_killed_and_resumed_run_is_bit_identical(smoke_data, tmp_path):
     cfg = make_config("smoke", eval_every=10, checkpoint_every=10)
     full = run(cfg, tmp_path / "full", smoke_data)
 
     # kill the second run during update 17: its last checkpoint is step 10, its log reaches step 16
-    from xsa.data.loader import TokenLoader
-    orig_get = TokenLoader.get
-
-    def get_or_die(self, step, micro):
-        if step == 16:
-            raise KeyboardInterrupt("simulated kill")
-        return orig_get(self, step, micro)
-    monkeypatch.setattr(TokenLoader, "get", get_or_die)
-    with pytest.raises(KeyboardInterrupt):
-        run(cfg, tmp_path / "killed", smoke_data)
+    kill_during(cfg, tmp_path / "killed", smoke_data, step=16)
     assert max(r["step"] for r in read_jsonl(tmp_path / "killed" / "metrics.jsonl")) == 16
     assert not (tmp_path / "killed" / "summary.json").exists()
-    monkeypatch.setattr(TokenLoader, "get", orig_get)
 
     resumed = run(cfg, tmp_path / "killed", smoke_data, resume=True)
     assert resumed["final_weights_sha256"] == full["final_weights_sha256"]
@@ -213,13 +203,90 @@ def test_nan_guard_keeps_last_good_checkpoint(smoke_data, tmp_path, monkeypatch)
     (["--alpha", "1", "--xsa-layers", "middle:2"], "xsa_layers"),
     (["--alpha", "1", "--xsa-layers", "5"], "xsa_layers"),
     (["--preset", "d13"], "preset"),
+    (["--seed", "-1"], "seed"),
+    (["--seed", "100000000000000000000"], "seed"),
+    (["--seed", "1e20"], "seed"),
+    (["--xsa-value", "plain"], "xsa_value"),  # no XSA layer would use it
 ])
 def test_cli_bad_input_names_the_field(args, field, tmp_path, capsys):
     argv = ["--preset", "smoke", "--out", str(tmp_path / "r")] + args
     with pytest.raises(SystemExit) as e:
         main(argv)
-    assert e.value.code != 0 and field in capsys.readouterr().err
-    assert not (tmp_path / "r").exists()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and field in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # checked before anything was created
+
+
+def test_cli_bad_out_fails_before_any_work(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    cases = [(tmp_path / "file", "is a file")]
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.geteuid() != 0:  # root may write into a read-only folder: the check only applies to users
+        cases.append((ro / "r", "read-only"))
+    for out, words in cases:
+        with pytest.raises(SystemExit) as e:
+            main(["--preset", "smoke", "--out", str(out), "--no-progress"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err and "Traceback" not in err
+    assert (tmp_path / "file").read_text() == "x" and not (ro / "r").exists()
+    ro.chmod(0o700)
+
+
+def test_advice_never_loops_on_a_damaged_run_folder(smoke_data, tmp_path):
+    """A run folder whose config.json was deleted: neither --overwrite nor --resume is suggested
+    when neither would work; nothing in the folder is touched."""
+    cfg = make_config("smoke", **QUIET)
+    out = tmp_path / "r"
+    run(cfg, out, smoke_data, max_steps=2)
+    (out / "config.json").unlink()
+    before = files_digest(out)
+    for kw in ({}, {"overwrite": True}):
+        with pytest.raises(FileExistsError) as e:
+            run(cfg, out, smoke_data, **kw)
+        assert "--overwrite" not in str(e.value) and "another --out" in str(e.value)
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        run(cfg, out, smoke_data, resume=True)
+    assert files_digest(out) == before
+
+
+def test_flipped_bit_in_a_checkpoint_is_caught(smoke_data, tmp_path):
+    """One flipped bit in the weights used to resume silently (rc 0, wrong weights); the archive's
+    CRCs are now checked before any checkpoint or model is loaded."""
+    cfg = make_config("smoke", eval_every=1000, checkpoint_every=5)
+    out = tmp_path / "r"
+    run(cfg, out, smoke_data, max_steps=5)
+    for path in (checkpoint.state_path(out), checkpoint.model_path(out)):
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x10  # inside a tensor record
+        path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="state.pt.*CRC"):
+        run(cfg, out, smoke_data, resume=True)
+    with pytest.raises(ValueError, match="model.pt.*CRC"):
+        checkpoint.load_model(out)
+
+
+def test_missing_state_never_restarts_a_trained_run(smoke_data, tmp_path):
+    """A deleted ckpt/state.pt made --resume restart from step 0 without a word."""
+    cfg = make_config("smoke", eval_every=1000, checkpoint_every=5)
+    out = tmp_path / "r"
+    run(cfg, out, smoke_data, max_steps=7)
+    checkpoint.state_path(out).unlink()
+    before = files_digest(out)
+    with pytest.raises(FileNotFoundError, match="state.pt is missing"):
+        run(cfg, out, smoke_data, resume=True)
+    assert files_digest(out) == before
+
+
+def test_bad_metrics_lines_name_the_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n\xff\xfe\n')
+    with pytest.raises(ValueError, match="metrics.jsonl: not UTF-8"):
+        read_jsonl(path)
+    path.write_text('{"step": 1}\n[1, 2]\n{"step": 2}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl:2: expected a JSON object"):
+        read_jsonl(path)
 
 
 def test_bad_model_shapes_name_the_field():

@@ -36,11 +36,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-METRICS = ("cos_y_v", "cos_z_v", "diag_mass", "entropy", "cos_v_v")
+METRICS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
 METRIC_LABELS = {
     "cos_y_v": r"cos($y_i$, $v_i$) before XSA",
     "cos_z_v": r"cos($z_i$, $v_i$) after XSA",
     "diag_mass": r"diagonal attention mass $a_{ii}$",
+    "first_mass": r"attention on the first token $a_{i0}$",
     "entropy": "attention entropy (nats)",
     "cos_v_v": r"cos($v_i$, $v_j$), $i \neq j$",
 }
@@ -92,6 +93,12 @@ def diagonal_mass(att: torch.Tensor) -> torch.Tensor:
     return att.diagonal(dim1=-2, dim2=-1)[:, :, 1:].mean(dim=(0, 2))
 
 
+def first_token_mass(att: torch.Tensor) -> torch.Tensor:
+    """Mean a_i0 per head over queries 1..T-1: the attention on the row's first token (<|bos|>), where
+    attention sinks usually form. att (B, H, T, T) -> (H,)."""
+    return att[:, :, 1:, 0].mean(dim=(0, 2))
+
+
 def attention_entropy(att: torch.Tensor) -> torch.Tensor:
     """Mean entropy (nats) of the attention rows of queries 1..T-1, per head. att (B, H, T, T) -> (H,)."""
     att = att[:, :, 1:]
@@ -104,15 +111,17 @@ def capture_stats(cap: dict, scale: float) -> dict[str, torch.Tensor]:
     q, k, v, y, z = cap["q"], cap["k"], cap["v"], cap["y"], cap["z"]
     H = q.size(1)
     # the T x T attention matrix is the only big object: build it one batch row at a time
-    mass, ent = torch.zeros(H, device=q.device), torch.zeros(H, device=q.device)
+    mass, first, ent = (torch.zeros(H, device=q.device) for _ in range(3))
     for b in range(q.size(0)):
         att = attention_probs(q[b:b + 1], k[b:b + 1], scale)
         mass += diagonal_mass(att)
+        first += first_token_mass(att)
         ent += attention_entropy(att)
     return {
         "cos_y_v": self_cosine(y, v),
         "cos_z_v": self_cosine(z, v),
         "diag_mass": mass / q.size(0),
+        "first_mass": first / q.size(0),
         "entropy": ent / q.size(0),
         "cos_v_v": value_cosine(v, H),
     }
@@ -182,8 +191,9 @@ def diagnostics_snapshot(model, x: torch.Tensor) -> dict:
 # A trained run: load, take the fixed validation batch, write RUN_DIR/diagnostics.json.
 
 
-def validation_batch(run_dir: Path, train_config, batch_size: int, device) -> tuple[torch.Tensor, dict]:
-    """The first batch of the run's deterministic validation stream, and a description of it."""
+def validation_rows(run_dir: Path, train_config, batch_size: int, batches: int, device) -> tuple[list, dict]:
+    """The first `batches` batches of the run's deterministic validation stream (the same rows for
+    every run of a data subset), and a description of them."""
     from xsa.checkpoint import run_data_dir
     from xsa.data.loader import val_batches
     from xsa.records import read_json
@@ -192,25 +202,43 @@ def validation_batch(run_dir: Path, train_config, batch_size: int, device) -> tu
         raise FileNotFoundError(f"{data_dir}: no validation shards (build them with "
                                 f"`python -m xsa.data build --subset {train_config.data}`)")
     T = train_config.model.sequence_len
-    x, _ = next(iter(val_batches(Path(data_dir), batch_size=batch_size, seq_len=T,
-                                 max_tokens=batch_size * T, device=device)))
+    xs = [x for x, _ in val_batches(Path(data_dir), batch_size=batch_size, seq_len=T,
+                                    max_tokens=batches * batch_size * T, device=device)]
+    if len(xs) < batches:
+        raise ValueError(f"batch_size x batches: the validation split of {data_dir} holds {len(xs)} batches of "
+                         f"{batch_size} rows of {T} tokens, {batches} were asked for")
+    h = hashlib.sha256()
+    for x in xs:
+        h.update(x.cpu().numpy().tobytes())
     desc = {"split": "val", "data_dir": str(data_dir), "data": train_config.data, "batch_size": batch_size,
-            "seq_len": T, "which": "first batch of val_batches",
-            "tokens_sha256": hashlib.sha256(x.cpu().numpy().tobytes()).hexdigest()}
-    return x, desc
+            "batches": batches, "rows": batches * batch_size, "seq_len": T,
+            "which": f"first {batches} batches of val_batches", "tokens_sha256": h.hexdigest()}
+    return xs, desc
 
 
-def run_diagnostics(run_dir, batch_size: int = 8, device: str | None = None) -> dict:
+def check_rows(batch_size, batches) -> None:
+    for name, value in (("batch_size", batch_size), ("batches", batches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str | None = None) -> dict:
+    """Per layer and head, every metric averaged over batch_size x batches validation rows (one
+    forward per batch, in the precision policy of training)."""
     from xsa.checkpoint import load_model
     from xsa.common import autodetect_device, device_name
     from xsa.records import provenance
+    from xsa.step import Precision
+    check_rows(batch_size, batches)
     t0 = time.time()
     run_dir = Path(run_dir)
     dev = autodetect_device(device)
     model, _, cfg = load_model(run_dir, dev)
-    x, batch = validation_batch(run_dir, cfg, batch_size, dev)
-    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-        per_head = layer_stats(model, x)
+    xs, batch = validation_rows(run_dir, cfg, batch_size, batches, dev)
+    with Precision.of(dev, cfg).context():
+        stats = [layer_stats(model, x) for x in xs]
+    per_head = [{m: ([sum(b[i][m][h] for b in stats) / len(stats) for h in range(len(stats[0][i][m]))]
+                     if m in METRICS else stats[0][i][m]) for m in stats[0][i]} for i in range(len(stats[0]))]
     return {
         "run": run_dir.name,
         "run_dir": str(run_dir),
@@ -227,11 +255,15 @@ def run_diagnostics(run_dir, batch_size: int = 8, device: str | None = None) -> 
     }
 
 
-def write_diagnostics(run_dir, out=None, batch_size: int = 8, device: str | None = None) -> dict:
+def write_diagnostics(run_dir, out=None, batch_size: int = 8, batches: int = 1, device: str | None = None) -> dict:
     """run_diagnostics, written to `out` (default RUN_DIR/diagnostics.json); returns the record."""
     from xsa.records import atomic_write_json
-    result = run_diagnostics(run_dir, batch_size=batch_size, device=device)
-    atomic_write_json(Path(out) if out else Path(run_dir) / "diagnostics.json", result)
+    check_rows(batch_size, batches)
+    out = Path(out) if out else Path(run_dir) / "diagnostics.json"
+    if out.is_dir():
+        raise ValueError(f"out: {out} is a folder, not a JSON file")
+    result = run_diagnostics(run_dir, batch_size=batch_size, batches=batches, device=device)
+    atomic_write_json(out, result)
     return result
 
 
@@ -285,7 +317,8 @@ def main(argv=None):
         "entropy and cos(v_i, v_j). Writes JSON (default RUN_DIR/diagnostics.json)."))
     p.add_argument("--run", required=True, help="run folder written by python -m xsa.train")
     p.add_argument("--out", default=None, help="output JSON (default RUN_DIR/diagnostics.json)")
-    p.add_argument("--batch-size", type=int, default=8, help="validation sequences in the batch (default 8)")
+    p.add_argument("--batch-size", type=int, default=8, help="validation sequences per batch (default 8)")
+    p.add_argument("--batches", type=int, default=2, help="validation batches, averaged (default 2: 16 rows)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: autodetect)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     args = p.parse_args(argv)
@@ -297,7 +330,14 @@ def main(argv=None):
     out = Path(args.out) if args.out else run_dir / "diagnostics.json"
     if out.exists() and not args.overwrite:
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
-    result = write_diagnostics(run_dir, out, batch_size=args.batch_size, device=args.device)
+    if args.batches < 1:
+        p.error(f"--batches must be positive, got {args.batches}")
+    if out.is_dir():
+        p.error(f"--out: {out} is a folder, not a JSON file")
+    try:
+        result = write_diagnostics(run_dir, out, batch_size=args.batch_size, batches=args.batches, device=args.device)
+    except (ValueError, FileNotFoundError) as e:
+        p.error(str(e))
     for layer in result["layers"]:
         print(f"layer {layer['layer']:2d} alpha={layer['xsa_alpha']:.2f} "
               + " ".join(f"{m}={layer[m]:+.4f}" for m in METRICS))

@@ -34,8 +34,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -70,6 +68,7 @@ class Job:
     outputs: list[Path]
     upstream: dict = field(default_factory=dict)  # what else the outputs depend on (hashes)
     always: bool = False  # the paper is cheap and reads every record: always rebuilt
+    index: int = 0  # decides the shard: a run's jobs of every stage carry the run's index in the study
 
     def inputs(self) -> str:
         params = {k: v for k, v in self.params.items() if k not in PATH_PARAMS}
@@ -169,6 +168,12 @@ def recorded_config_hash(run_dir: Path) -> str | None:
     return None
 
 
+def trained(run_dir: Path) -> bool:
+    """Whether a run folder holds a run trained to its horizon."""
+    summary = run_dir / "summary.json"
+    return summary.exists() and read_json(summary).get("complete", False)
+
+
 def trained_weights(run_dir: Path) -> str | None:
     summary = run_dir / "summary.json"
     return read_json(summary).get("final_weights_sha256") if summary.exists() else None
@@ -191,12 +196,15 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
     if stage == "train":
         return [Job(stage, run.run_id,
                     dict(run=run.to_dict(), out_dir=str(lay.run_dir(run)), resume=False, overwrite=False),
-                    [lay.run_dir(run) / "summary.json"], upstream={"config_hash": run.config().config_hash()})
-                for run in s.runs]
+                    [lay.run_dir(run) / "summary.json"], upstream={"config_hash": run.config().config_hash()},
+                    index=i)
+                for i, run in enumerate(s.runs)]
     if stage in ("evaluate", "diagnostics"):
         chat = {a.name for a in s.chat_arms}
         jobs = []
-        for run in s.runs:
+        for i, run in enumerate(s.runs):
+            if stage == "evaluate" and not s.evaluated(run):
+                continue
             rd = lay.run_dir(run)
             if stage == "evaluate":
                 evals = ["core", "chat"] if run.arm.name in chat else ["core"]
@@ -206,14 +214,14 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
             else:
                 params = dict(runs=[str(rd)], out_dir=str(lay.beside(stage, run.run_id, "figures")), **s.diagnostics)
                 out = rd / "diagnostics.json"
-            jobs.append(Job(stage, run.run_id, params, [out],
+            jobs.append(Job(stage, run.run_id, params, [out], index=i,
                             upstream={"config_hash": run.config().config_hash(), "weights": trained_weights(rd)}))
         return jobs
     if stage == "throughput":
         opts = {k: v for k, v in s.throughput.items() if k != "presets"}
         return [Job(stage, p, dict(preset=p, out=str(lay.throughput(p)),
-                                   out_dir=str(lay.beside(stage, p, "figures")), **opts), [lay.throughput(p)])
-                for p in s.throughput.get("presets", [])]
+                                   out_dir=str(lay.beside(stage, p, "figures")), **opts), [lay.throughput(p)], index=i)
+                for i, p in enumerate(s.throughput.get("presets", []))]
     if stage == "paper":
         return [Job(stage, study_name, dict(study=study_name, results_dir=str(lay.results),
                                             out_dir=str(lay.outputs)), [], always=True)]
@@ -324,8 +332,10 @@ def run_data(ctx: Context, stages) -> None:
     from xsa.data import ensure_data
     for subset in ctx.study.data_subsets():
         t0 = time.time()
+        # ClimbMix is downloaded for the study's longest horizon on it (the registry corpora are whole)
+        horizon = max(r.config().num_tokens for r in ctx.study.runs if r.config().data == subset)
         try:
-            path = ensure_data(subset)
+            path = ensure_data(subset, tokens=horizon)
         except Exception as e:
             raise StageError(f"stage data (subset {subset!r}) failed: {type(e).__name__}: {e}") from None
         print(f"[data] {subset}: {path} ({time.time() - t0:.0f} s)", flush=True)
@@ -335,12 +345,15 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
     if stage == "data":
         run_data(ctx, stages)
         return None
-    jobs, last = [j for i, j in enumerate(jobs_for(stage, ctx)) if ctx.mine(i)], None
+    jobs, last = [j for j in jobs_for(stage, ctx) if ctx.mine(j.index)], None
     for i, job in enumerate(jobs, 1):
         tag = f"[{stage} {i}/{len(jobs)}] {job.name}"
         if is_done(job, ctx):
             print(f"{tag}: up to date, skipped", flush=True)
             last = ctx.record(job)
+            continue
+        if stage in ("evaluate", "diagnostics") and not trained(Path(job.params["runs"][0])):
+            print(f"{tag}: not trained to its horizon yet, skipped (run the train stage first)", flush=True)
             continue
         if stage == "train":
             prepare_train(job, ctx)
@@ -350,53 +363,6 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
         last = execute(job, ctx)
         print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
     return last
-
-
-# -----------------------------------------------------------------------------
-# The paper: nbconvert of the executed 05_paper notebook
-
-def pdf_engine() -> str | None:
-    if shutil.which("chromium"):
-        return "chromium"
-    if shutil.which("pandoc") and shutil.which("xelatex"):
-        return "xelatex"
-    return None
-
-
-def export_paper(executed: Path, paper_dir: Path) -> dict:
-    """paper.html (self-contained: figures embedded), paper.md, and paper.pdf where an engine exists."""
-    import nbformat
-    from nbconvert import HTMLExporter, MarkdownExporter
-    from xsa.records import atomic_write_bytes
-
-    nb = nbformat.read(str(executed), as_version=4)
-    paper_dir.mkdir(parents=True, exist_ok=True)
-    opts = dict(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    html, _ = HTMLExporter(embed_images=True, **opts).from_notebook_node(nb)
-    atomic_write_text(paper_dir / "paper.html", html)
-    md, res = MarkdownExporter(**opts).from_notebook_node(nb, resources={"output_files_dir": "paper_files"})
-    atomic_write_text(paper_dir / "paper.md", md)
-    written = set()
-    for name, data in res.get("outputs", {}).items():  # figures referenced by paper.md
-        atomic_write_bytes(paper_dir / name, data)
-        written.add((paper_dir / name).resolve())
-    for old in (paper_dir / "paper_files").glob("*"):  # figures of an earlier build that this one no longer has
-        if old.is_file() and old.resolve() not in written:
-            old.unlink()
-    out = {"html": paper_dir / "paper.html", "md": paper_dir / "paper.md", "pdf": None, "pdf_engine": None}
-    engine = pdf_engine()
-    if engine == "chromium":
-        pdf = paper_dir / "paper.pdf"
-        cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-pdf-header-footer",
-               f"--print-to-pdf={pdf}", (paper_dir / "paper.html").resolve().as_uri()]
-        ok = subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0 and pdf.exists()
-        out.update(pdf=pdf if ok else None, pdf_engine="chromium (headless print)" if ok else None)
-    elif engine == "xelatex":
-        from nbconvert import PDFExporter
-        data, _ = PDFExporter(**opts).from_notebook_node(nb)
-        atomic_write_bytes(paper_dir / "paper.pdf", data)
-        out.update(pdf=paper_dir / "paper.pdf", pdf_engine="pandoc + xelatex")
-    return out
 
 
 # -----------------------------------------------------------------------------
@@ -430,6 +396,7 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
             paper_nb = record
     if paper_nb is None:
         return {}
+    from xsa.paper import export_paper
     out = export_paper(paper_nb, ctx.layout.paper)
     print(f"paper: {out['html']}\n       {out['md']}")
     if out["pdf"]:

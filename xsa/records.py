@@ -72,18 +72,25 @@ def read_json(path) -> Any:
 
 
 def read_jsonl(path) -> list[dict]:
-    """All complete lines of a JSONL file; a torn final line (a killed writer) is ignored."""
+    """All complete lines of a JSONL file of objects; a torn final line (a killed writer) is ignored,
+    anything else that is not a JSON object names the file and line."""
     out = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             if i == len(lines) - 1:
                 break
             raise ValueError(f"{path}:{i + 1}: corrupt JSON line") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{i + 1}: expected a JSON object, got {type(record).__name__}")
+        out.append(record)
     return out
 
 

@@ -55,19 +55,20 @@ def _label(value) -> str:
 def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
     """The one naming rule: preset, optimizer if not the preset's, the attention arm, other overrides.
 
-    The attention arm is `base` (standard attention) or `xsa{alpha}` with the layer spec and the
-    value mode appended where they are not the defaults (e.g. xsa1, xsa0, xsa1-last2, xsa1-plain).
+    The attention arm is `base` (standard attention) or `{variant}{alpha}` (`xsa` unless another
+    variant of config.XSA_VARIANTS runs) with the layer spec and the value mode appended where they
+    are not the defaults (e.g. xsa1, xsa0, xsa1-last2, xsa1-plain).
     """
     rest = dict(overrides)
     parts = [preset]
     if "optimizer" in rest:
         parts.append(str(rest.pop("optimizer")))
-    for key in ("xsa_alpha", "xsa_layers", "xsa_value"):
+    for key in ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant"):
         rest.pop(key, None)
     if not model.xsa_layer_set():
         label = "base"
     else:
-        label = f"xsa{model.xsa_alpha:g}"
+        label = f"{model.xsa_variant}{model.xsa_alpha:g}"  # xsa1, or another variant's name
         if model.xsa_layers != "all":
             label += "-" + _label(model.xsa_layers)
         if model.xsa_value != "mixed":

@@ -93,7 +93,8 @@ class Claim:
     metric: str
     expect: str
     threshold: float = 0.0
-    seed_effect: float | None = None  # the seed paper's effect, relative (e.g. -0.0032 for -0.32%)
+    seed_effect: float | None = None  # the seed paper's effect, in the unit judged: relative for
+    # val bpb (-0.0032 for -0.32%), absolute for CORE (see xsa/report/claims.py)
 
 
 # -----------------------------------------------------------------------------
@@ -107,6 +108,8 @@ class Study:
     main: tuple[Paired, ...]  # the depth pair of the main table (smaller first)
     comparisons: tuple = ()  # Versus, Sweep and Contrast entries, reported in order
     claims: tuple[Claim, ...] = ()
+    primary: str = ""  # the pre-registered primary comparison (final val bpb, XSA minus baseline)
+    pilot_seeds: tuple[int, ...] = ()  # the seeds whose paired SD sized the study
     validation: dict = field(default_factory=dict)  # parameters of 00_validation
     evaluate: dict = field(default_factory=dict)  # parameters of 02_evaluate (all runs)
     core_arms: tuple[Arm, ...] | None = None  # arms whose runs get CORE (None: every run)
@@ -167,36 +170,40 @@ def _default() -> Study:
     val bpb, XSA minus baseline, paired by seed, at cpu-w64-d4 (the longest-trained preset, 8 tokens
     per non-embedding parameter); secondary: the same at cpu-w64-d8 and the depth contrast, CORE
     likelihood measures, the diagnostics, and the contrasts below. Seeds 0 and 1 of both presets are
-    the pilot that sized the study (the report recomputes the seeds needed from them)."""
+    the pilot that sized the study (the report recomputes the seeds needed from them). Precision
+    rule, stated before the 8th seed finished: if the primary interval's half-width after 8 seeds
+    exceeds 0.2% (relative), seeds 8-11 of cpu-w64-d4 are added; they are run last, and the
+    learning-rate check at cpu-w64-d4 keeps one seed to pay for them."""
     d4, d8 = xsa_pair("cpu-w64-d4"), xsa_pair("cpu-w64-d8")
     main_seeds, control_seeds, sweep_seeds = range(8), range(6), range(4)
     adamw = Paired("cpu-w64-d4 AdamW only", d4.a.with_(optimizer="adamw"), d4.b.with_(optimizer="adamw"))
     plain = Paired("cpu-w64-d4 without smear and backout", d4.a.with_(smear=False, backout=False),
                    d4.b.with_(smear=False, backout=False))
     sweep = Sweep.over("alpha_sweep", d4.b, "xsa_alpha", (0.25, 0.5, 0.75, 1.0), seed_arm=d4.a)
-    lr = [Sweep.over(f"matrix_lr {arm_label} {p.name}", arm, "matrix_lr", (0.01, 0.04), seed_arm=arm)
-          for p in (d4, d8) for arm, arm_label in ((p.a, "baseline"), (p.b, "XSA"))]
-    lr_seeds = {"cpu-w64-d4": range(2), "cpu-w64-d8": range(1)}
+    lr = [Sweep.over(f"lr_{label}_{p.name}", arm, "matrix_lr", (0.01, 0.04), seed_arm=arm)
+          for p in (d4, d8) for arm, label in ((p.a, "base"), (p.b, "xsa"))]
+    lr_seeds = {"cpu-w64-d4": range(1), "cpu-w64-d8": range(1)}
     runs = [a.run(s) for s in range(2) for p in (d4, d8) for a in p.arms()]  # the pilot first
     runs += [a.run(s) for s in main_seeds for p in (d4, d8) for a in p.arms()]
     runs += [a.run(s) for s in control_seeds for p in (adamw, plain) for a in p.arms()]
     runs += [a.run(s) for s in sweep_seeds for a in sweep.arms]
     runs += [a.run(s) for c in lr for s in lr_seeds[c.base.preset] for a in c.arms]
+    runs += [a.run(s) for s in range(8, 12) for a in d4.arms()]  # the precision rule's seeds
     seed = "the seed paper, d12 -> d24"
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; 64-wide models, not the seed paper's d12/d24)",
-        runs=_unique(runs), main=(d4, d8),
-        comparisons=(Contrast("depth: XSA's effect at 8 layers minus at 4", d4, d8), Contrast("optimizer: AdamW only minus Muon", d4, adamw),
-                     Contrast("smear and backout: off minus on", d4, plain), sweep, *lr),
+        runs=_unique(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
+        comparisons=(Contrast("depth", d4, d8), Contrast("optimizer", d4, adamw), Contrast("smear_backout", d4, plain),
+                     sweep, *lr),
         claims=(
             Claim("XSA lowers val bpb at the smaller depth", "d12: 0.8484 -> 0.8457", "cpu-w64-d4", "val_bpb",
                   "lower", seed_effect=0.8457 / 0.8484 - 1),
             Claim("XSA lowers val bpb at the larger depth", "d24: 0.7193 -> 0.7171", "cpu-w64-d8", "val_bpb",
                   "lower", seed_effect=0.7171 / 0.7193 - 1),
             Claim("XSA lowers Base CORE at the smaller depth", "d12: 0.1602 -> 0.1508", "cpu-w64-d4", "core",
-                  "lower", seed_effect=0.1508 / 0.1602 - 1),
+                  "lower", seed_effect=0.1508 - 0.1602),
             Claim("XSA raises Base CORE at the larger depth", "d24: 0.2593 -> 0.2606", "cpu-w64-d8", "core",
-                  "higher", seed_effect=0.2606 / 0.2593 - 1),
+                  "higher", seed_effect=0.2606 - 0.2593),
             *(Claim("XSA lowers the diagonal attention mass", "mechanism (no number given)", p, "diag_mass", "lower")
               for p in ("cpu-w64-d4", "cpu-w64-d8")),
             *(Claim("XSA's runtime overhead is small (about 5% at most)", "small overhead", p, "overhead", "lower", 0.05)

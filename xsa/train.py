@@ -26,6 +26,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -83,13 +84,18 @@ def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -
             raise FileNotFoundError(f"resume: {ckpt.state_path(out)} is missing, so {out} cannot be resumed; "
                                     "pass --overwrite instead of --resume to train it again from step 0")
         return saved
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"out: {out} is a file, not a run folder")
     if out.exists() and any(out.iterdir()):
+        if not cfg_path.exists():  # not ours, or damaged: never deleted, and no advice that loops
+            raise FileExistsError(f"out: {out} is not empty and is not a run folder (no config.json); "
+                                  "nothing was changed: choose another --out, or move the folder away")
         if not overwrite:
             raise FileExistsError(f"out: run folder {out} already exists; pass --overwrite to replace it "
                                   "or --resume to continue it (nothing was changed)")
-        if not cfg_path.exists():
-            raise FileExistsError(f"out: {out} is not empty and is not a run folder (no config.json); "
-                                  "refusing to overwrite it")
+    parent = next(p for p in (out, *out.parents) if p.exists())
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"out: cannot write to {parent} (read-only)")
     return None
 
 
@@ -157,11 +163,18 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
                           f"* sequence_len * world_size ({cfg.device_batch_size} * {cfg.model.sequence_len} * {world})")
     saved = _check_run_dir(out, cfg, resume, overwrite)
-    _barrier(is_ddp)
     if data_dir is None and saved is not None:
         data_dir = saved.get("data_dir")
+    if is_ddp:  # never build under torchrun: the other ranks would wait at a barrier with a timeout
+        from xsa.data import data_dir as default_data_dir
+        from xsa.data.build import COMPLETE
+        path = Path(data_dir) if data_dir else default_data_dir(cfg.data)
+        if not (path / COMPLETE).exists():
+            raise FileNotFoundError(f"data: {path} is not built; under torchrun build it first, in its own step: "
+                                    f"python -m xsa.data build --subset {cfg.data}")
+    _barrier(is_ddp)
     if rank == 0:  # build (or verify) the data once; the other ranks wait, then find it built
-        data_dir = ensure_data(cfg.data, data_dir=data_dir)
+        data_dir = ensure_data(cfg.data, data_dir=data_dir, tokens=cfg.num_tokens)
     _barrier(is_ddp)
     if rank != 0:
         data_dir = ensure_data(cfg.data, data_dir=data_dir, verify=False)
@@ -374,9 +387,11 @@ def main(argv=None):
         out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
                         data_dir=args.data_dir, device=args.device, progress=not args.no_progress)
-    except (ConfigError, FileExistsError, FileNotFoundError, TrainingDiverged, ValueError) as e:
+    except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except (ConfigError, FileExistsError, FileNotFoundError, PermissionError, ValueError) as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")  # bad input: one line, exit 2, as argparse does
     print0(f"{out}: val bpb {summary['val_bpb']:.4f} after {summary['steps']} steps "
            f"({summary['tok_per_s'] or 0:,.0f} tok/s)")
 

@@ -24,16 +24,18 @@ _subset_dir = data_dir  # ensure_data's argument shadows the name
 
 
 def ensure_data(subset: str, data_dir: str | os.PathLike | None = None, verify: bool = True,
-                bundle: str | os.PathLike | None = None) -> Path:
+                bundle: str | os.PathLike | None = None, tokens: float | None = None) -> Path:
     """A complete data directory for `subset`, built if missing or half-built.
 
     verify=True checks every file's sha256 against the manifest (seconds for the offline corpus);
-    damage raises an error naming the file rather than silently rebuilding over it.
+    damage raises an error naming the file rather than silently rebuilding over it. A folder that
+    is not empty and not a data build is refused (xsa.data.build.DataDirError), never emptied.
+    tokens: for ClimbMix, the training horizon the shards of a new build are sized for.
     """
     from xsa.data.build import COMPLETE, build
     from xsa.data.shards import check_files
-    path = Path(data_dir) if data_dir is not None else _subset_dir(subset)
+    path = Path(data_dir).expanduser() if data_dir is not None else _subset_dir(subset)
     if not (path / COMPLETE).exists():
-        build(subset, path, bundle=Path(bundle) if bundle else None)
+        build(subset, path, bundle=Path(bundle) if bundle else None, tokens=tokens)
     check_files(path, full=verify)
     return path

@@ -2,6 +2,10 @@
 
 Everything is written into a temporary sibling folder and renamed into place at the end, with
 BUILD_COMPLETE written last: a build killed half-way leaves no usable-looking directory.
+
+The builder only ever replaces a folder of its own: DIR must be absent, empty, or carry BUILD_COMPLETE
+or MARKER (a file every build writes first, not listed in the manifest). Anything else, such as
+`--data-dir ~`, is refused with DataDirError before any work, and left as it is.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +31,51 @@ from xsa.data.shards import ShardWriter, tokenize_split, write_manifest
 from xsa.data.tokenizer import Tokenizer
 
 COMPLETE = "BUILD_COMPLETE"
+MARKER = ".xsa-data-build"  # written first into every build (not in the manifest): "this folder is ours"
+MARKER_TEXT = "A data folder of xsa (python -m xsa.data build): a rebuild replaces everything in it.\n"
 # per corpus (DATA_SUBSETS[subset]["corpus"]): fraction of documents (by hash) in val; checked
-# afterwards: >= 1% of bytes and >= MIN_VAL_BYTES
+# afterwards: val >= VAL_SHARE of all bytes and >= MIN_VAL_BYTES
 VAL_FRACTION = {"smoke": 0.05, "default": 0.015}
+# ClimbMix: no share rule, its val split is a fixed prefix (CLIMBMIX_VAL_CHARS) of the held-out last
+# shard, however many training shards there are
+VAL_SHARE = {"smoke": 0.01, "default": 0.01}
 MIN_VAL_BYTES = {"default": 1_000_000, "climbmix": 1_000_000}  # smoke: only the 1% rule
 SPLITS = ("train", "val")
 CLIMBMIX_VAL_CHARS = 50_000_000
+CLIMBMIX_BATCH_PER_THREAD = 1024  # segments encoded per thread per batch (ClimbMix: millions of them)
+
+
+class DataDirError(ValueError):
+    """A data directory that cannot or must not be built into; the message names it."""
+
+
+def check_data_dir(out_dir) -> None:
+    """Raise DataDirError, changing nothing, unless `out_dir` can be (re)built into: it must be
+    absent, an empty folder, or a folder of ours (BUILD_COMPLETE or MARKER in it), and the folder
+    above it must exist or be creatable, and be writable (the build is staged beside DIR)."""
+    out_dir = Path(os.path.abspath(Path(out_dir).expanduser()))
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise DataDirError(f"data directory {out_dir} is a broken symbolic link")
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise DataDirError(f"data directory {out_dir} exists and is not a folder")
+        try:
+            entries = [e.name for e in os.scandir(out_dir)]
+        except OSError as e:
+            raise DataDirError(f"data directory {out_dir} cannot be read ({e.strerror})") from None
+        if entries and COMPLETE not in entries and MARKER not in entries:
+            raise DataDirError(
+                f"refusing to build into {out_dir}: the folder is not empty and is not an xsa data build "
+                f"(no {COMPLETE} or {MARKER} in it); choose a new or empty folder")
+    if out_dir.parent == out_dir:
+        raise DataDirError(f"data directory {out_dir} is a file system root")
+    ancestor = out_dir.parent
+    while not (ancestor.exists() or ancestor.is_symlink()):
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise DataDirError(f"cannot create data directory {out_dir}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise DataDirError(f"cannot create data directory {out_dir}: {ancestor} is not writable")
 
 
 @dataclass
@@ -63,8 +107,10 @@ def registry_streams(subset: str) -> list[Stream]:
     return out
 
 
-def climbmix_streams() -> list[Stream]:
-    files = climbmix.shard_files()
+def climbmix_streams(num_train: int | None = None) -> list[Stream]:
+    """The ClimbMix stream: num_train training shards (default climbmix.num_train_shards()) and a
+    CLIMBMIX_VAL_CHARS prefix of the validation shard."""
+    files = climbmix.shard_files(num_train if num_train is not None else climbmix.num_train_shards())
     info = dict(registry="huggingface", package="karpathy/climbmix-400b-shuffle",
                 files=[p.name for p in files["train"] + files["val"]], licence=climbmix.LICENCE, kind="web")
 
@@ -131,6 +177,23 @@ def _decontaminate(docs: list, stream: Stream, decon: Decontaminator) -> list[st
     return texts
 
 
+# How much text trains the tokenizer, per corpus: (characters in all, characters per document).
+# ClimbMix as nanochat's tok_train (2 B characters, documents cropped to 10,000); the registry
+# corpora are small enough to use whole.
+TOKENIZER_TEXT = {"climbmix": (2_000_000_000, 10_000)}
+
+
+def _tokenizer_texts(path: Path, max_chars: int | None, doc_cap: int | None):
+    """The training texts the tokenizer learns from, cropped and capped as TOKENIZER_TEXT says."""
+    seen = 0
+    for r in _read_jsonl(path):
+        text = r["text"] if doc_cap is None else r["text"][:doc_cap]
+        yield text
+        seen += len(text)
+        if max_chars is not None and seen > max_chars:
+            return
+
+
 def _read_jsonl(path: Path):  # streaming; records.read_jsonl would hold the whole file
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -141,19 +204,29 @@ def _read_jsonl(path: Path):  # streaming; records.read_jsonl would hold the who
 # the whole build
 
 
-def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None = None) -> Path:
-    """Build DIR for `subset` unless a complete build is already there (or force). Returns DIR."""
+def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None = None,
+          tokens: float | None = None) -> Path:
+    """Build DIR for `subset` unless a complete build is already there (or force). Returns DIR.
+
+    DIR must be absent, empty or a build of ours (check_data_dir), else DataDirError before any work.
+    tokens (ClimbMix only; ignored for the registry corpora): size the training shards for this
+    training horizon (climbmix.shards_for_tokens); default climbmix.num_train_shards().
+    """
     if subset not in DATA_SUBSETS:
         raise ValueError(f"unknown data subset {subset!r}; choose one of {sorted(DATA_SUBSETS)}")
-    out_dir = Path(out_dir)
+    given, out_dir = out_dir, Path(os.path.abspath(Path(out_dir).expanduser()))
+    check_data_dir(out_dir)
+    num_train = climbmix.num_train_shards(tokens) if DATA_SUBSETS[subset]["corpus"] == "climbmix" else None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out_dir.parent / f".{out_dir.name}.lock")):  # one builder per directory
         if (out_dir / COMPLETE).exists() and not force:
-            return out_dir
+            _warn_if_fewer_shards(out_dir, num_train)
+            return Path(given)
+        check_data_dir(out_dir)  # again, under the lock
         tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            _build_into(subset, tmp, bundle)
+            _build_into(subset, tmp, bundle, num_train)
             if out_dir.exists():  # a stale, half-built or forced-over directory
                 old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
                 os.replace(out_dir, old)
@@ -161,27 +234,43 @@ def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None =
             os.replace(tmp, out_dir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+    return Path(given)
 
 
-def _build_into(subset: str, out: Path, bundle: Path | None) -> None:
+def _warn_if_fewer_shards(out_dir: Path, num_train: int | None) -> None:
+    """A complete ClimbMix build is kept as it is; say so if it has fewer shards than asked for."""
+    if num_train is None:
+        return
+    try:
+        files = json.loads((out_dir / "data_card.json").read_text())["sources"]["climbmix"]["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if len(files) - 1 < num_train:
+        print(f"warning: {out_dir} is a complete build of {len(files) - 1} ClimbMix training shard(s), fewer than "
+              f"the {num_train} asked for; kept as it is (rebuild with --force to use {num_train})",
+              file=sys.stderr, flush=True)
+
+
+def _build_into(subset: str, out: Path, bundle: Path | None, num_train: int | None = None) -> None:
     t0 = time.time()
     timings = {}
     vocab_size, corpus = DATA_SUBSETS[subset]["vocab_size"], DATA_SUBSETS[subset]["corpus"]
-    streams = climbmix_streams() if corpus == "climbmix" else registry_streams(corpus)
-    decon = Decontaminator(bundle)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text(MARKER_TEXT)  # first: a half-built DIR is recognisably ours
+    decon = Decontaminator(bundle)  # the bundle (downloaded if need be) before any shard download
+    streams = climbmix_streams(num_train) if corpus == "climbmix" else registry_streams(corpus)
     timings["decontam_index_s"] = round(time.time() - t0, 2)
 
     _write_corpus(streams, out, decon, VAL_FRACTION.get(corpus, 0.0))
     timings["corpus_s"] = round(time.time() - t0, 2)
     val_bytes = sum(s.stats["val"]["bytes"] for s in streams)
     all_bytes = val_bytes + sum(s.stats["train"]["bytes"] for s in streams)
-    need = max(0.01 * all_bytes, MIN_VAL_BYTES.get(corpus, 0))
+    need = max(VAL_SHARE.get(corpus, 0.0) * all_bytes, MIN_VAL_BYTES.get(corpus, 0))
     if val_bytes < need:
         raise RuntimeError(f"validation split too small: {val_bytes} bytes, need {need:.0f}")
 
     t = time.time()
-    train_texts = (r["text"] for r in _read_jsonl(out / "corpus" / "train.jsonl"))
+    train_texts = _tokenizer_texts(out / "corpus" / "train.jsonl", *TOKENIZER_TEXT.get(corpus, (None, None)))
     tok = Tokenizer.train(tqdm(train_texts, desc="tokenizer", unit="doc"), vocab_size)
     if tok.vocab_size != vocab_size:
         raise RuntimeError(f"tokenizer learned {tok.vocab_size} tokens, wanted {vocab_size}: corpus too small")
@@ -190,16 +279,19 @@ def _build_into(subset: str, out: Path, bundle: Path | None) -> None:
 
     t = time.time()
     copies = {s.name: max(1, round(s.weight)) for s in streams}  # weight > 1: repeated in train
+    threads = os.cpu_count() or 1  # tiktoken encodes in parallel threads; the output is the same
+    batch = CLIMBMIX_BATCH_PER_THREAD * threads if corpus == "climbmix" else None
     for split in SPLITS:
         writer = ShardWriter(out / "shards", split, vocab_size)
         docs = ((r["text"], r["source"], copies[r["source"]] if split == "train" else 1)
                 for r in _read_jsonl(out / "corpus" / f"{split}.jsonl"))
-        tokens = tokenize_split(tqdm(docs, desc=f"shards/{split}", unit="doc"), tok, writer)
+        tokens = tokenize_split(tqdm(docs, desc=f"shards/{split}", unit="doc"), tok, writer,
+                                batch=batch, threads=threads)
         for s in streams:
             s.stats[split]["tokens"] = tokens.get(s.name, 0)
     timings["shards_s"] = round(time.time() - t, 2)
 
-    built = [str(p.relative_to(out)) for p in sorted(out.rglob("*")) if p.is_file()]
+    built = [str(p.relative_to(out)) for p in sorted(out.rglob("*")) if p.is_file() and p != out / MARKER]
     write_manifest(out, built)
     timings["total_s"] = round(time.time() - t0, 2)
     card = data_card(subset, streams, tok, decon, timings)

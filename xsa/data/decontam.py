@@ -3,8 +3,9 @@
 Words are lowercased runs of letters/digits (punctuation and case are ignored). Every 13-word
 window of every evaluation item is hashed to 64 bits (an item of 8-12 words counts as one window of
 its own length); a document (or a sentence, for sentence-level sources) is dropped if any of its
-windows hits. Hashing is vectorised in numpy: no
-Python work per word.
+windows hits. Hashing is vectorised in numpy: no Python work per word. The bundle is found as
+evaluation finds it (xsa.evaluate.bundle.resolve_bundle): an explicit path, else $XSA_EVAL_BUNDLE,
+else the copy downloaded once into cache_dir()/eval_bundle.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from xsa.common import cache_dir
+from xsa.evaluate.bundle import BUNDLE_ENV, resolve_bundle
 
 NGRAM = 13
 MIN_NGRAM = 8  # shorter items are too generic to match on their own
 _FILTER_SHIFT = np.uint64(38)
 _VERSION = 3  # bump when the windowing changes: keys the on-disk cache
-BUNDLE_ENV = "XSA_EVAL_BUNDLE"
 _WORD = re.compile(r"\w+")
 _PRIME = np.uint64(0x100000001B3)
 
@@ -31,15 +32,6 @@ _PRIME = np.uint64(0x100000001B3)
 # item is also checked as prompt + " " + answer, since that is how the text reads in the wild
 _PROMPTS = ("query", "context", "prompt", "question", "passage")
 _ANSWERS = ("continuation", "canonical_solution", "chain_of_thought", "answer")
-
-
-def default_bundle() -> Path:
-    """$XSA_EVAL_BUNDLE, else the shared bundle beside the repository checkout, else the one the
-    evaluation stage downloads into cache_dir()/eval_bundle."""
-    if os.environ.get(BUNDLE_ENV):
-        return Path(os.environ[BUNDLE_ENV])
-    beside = Path(__file__).resolve().parents[3] / "shared" / "eval_bundle"
-    return beside if beside.exists() else Path(cache_dir()) / "eval_bundle"
 
 
 def _strings(obj) -> list[str]:
@@ -69,7 +61,7 @@ def item_texts(record: dict) -> list[str]:
 def eval_files(bundle: Path) -> list[Path]:
     files = sorted(Path(bundle).glob("eval_data/**/*.jsonl")) or sorted(Path(bundle).glob("**/*.jsonl"))
     if not files:
-        raise FileNotFoundError(f"no evaluation .jsonl files under {bundle} (set {BUNDLE_ENV} or pass --bundle)")
+        raise FileNotFoundError(f"no evaluation .jsonl files under {bundle} (set ${BUNDLE_ENV} or pass --bundle)")
     return files
 
 
@@ -156,7 +148,8 @@ class Decontaminator:
 
     def __init__(self, bundle: Path | None = None, n: int = NGRAM, min_n: int = MIN_NGRAM):
         self.n, self.min_n = n, min_n
-        self.bundle = Path(bundle) if bundle is not None else default_bundle()
+        # the same lookup as evaluation: `bundle`, else $XSA_EVAL_BUNDLE, else the cached download
+        self.bundle = resolve_bundle(bundle)
         files = eval_files(self.bundle)
         digest = hashlib.sha256(f"{n} {min_n} {_VERSION}".encode())
         for f in files:

@@ -9,7 +9,10 @@ DIR/manifest.json records the size and sha256 of every built file, to detect dam
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -78,28 +81,59 @@ class ShardWriter:
 
 
 def tokenize_split(docs: Iterable[tuple[str, str, int]], tokenizer, writer: ShardWriter,
-                   batch: int = 512) -> dict[str, int]:
-    """docs: (text, source, copies). Writes each segment `copies` times; returns tokens per source."""
-    tokens: dict[str, int] = {}
-    pending: list[tuple[str, str, int]] = []
+                   batch: int | None = None, threads: int | None = None) -> dict[str, int]:
+    """docs: (text, source, copies). Writes each segment `copies` times; returns tokens per source.
 
-    def flush():
-        texts = [t for t, _, _ in pending]
-        for (_, source, copies), ids in zip(pending, tokenizer.encode_batch(texts)):
-            arr = np.empty(len(ids) + 1, np.int64)
-            arr[0] = tokenizer.bos_id
+    Segments are encoded `batch` at a time by `threads` threads (default os.cpu_count(); tiktoken
+    releases the GIL while it encodes), each thread taking a contiguous slice of the batch, while
+    the main thread segments the next documents and writes the previous batch. Results are written
+    in document order, so the files do not depend on `batch` or `threads`.
+    """
+    threads = max(1, int(threads or os.cpu_count() or 1))
+    batch = max(1, int(batch or max(512, 256 * threads)))
+    bos, dtype = tokenizer.bos_id, writer.dtype
+    tokens: dict[str, int] = {}
+
+    def encode(texts: list[str]) -> list[np.ndarray]:  # runs in a worker thread
+        out = []
+        for text in texts:
+            ids = tokenizer.encode(text)
+            arr = np.empty(len(ids) + 1, dtype)  # the bytes writer.write would make of int64 ids
+            arr[0] = bos
             arr[1:] = ids
+            out.append(arr)
+        return out
+
+    def submit(pool, pending) -> list[Future]:
+        texts = [t for t, _, _ in pending]
+        if pool is None:
+            done = Future()
+            done.set_result(encode(texts))
+            return [done]
+        size = -(-len(texts) // (4 * threads))  # a few slices per thread evens out long segments
+        return [pool.submit(encode, texts[i:i + size]) for i in range(0, len(texts), size)]
+
+    def write(pending, futures) -> None:
+        arrays = (arr for f in futures for arr in f.result())
+        for (_, source, copies), arr in zip(pending, arrays, strict=True):
             for _ in range(copies):
                 writer.write(arr)
             tokens[source] = tokens.get(source, 0) + copies * len(arr)
-        pending.clear()
 
-    for text, source, copies in docs:
-        for seg in segments(text):
-            pending.append((seg, source, copies))
-        if len(pending) >= batch:
-            flush()
-    flush()
+    with ThreadPoolExecutor(threads) if threads > 1 else contextlib.nullcontext() as pool:
+        in_flight, pending = None, []
+        for text, source, copies in docs:
+            for seg in segments(text):
+                pending.append((seg, source, copies))
+            if len(pending) >= batch:
+                job = (pending, submit(pool, pending))  # encodes while the previous batch is written
+                if in_flight is not None:
+                    write(*in_flight)
+                in_flight, pending = job, []
+        if in_flight is not None:
+            write(*in_flight)
+        if pending:
+            write(pending, submit(pool, pending))
     writer.close()
     return tokens
 

@@ -43,14 +43,25 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not (args.run / "config.json").is_file():
         parser.error(f"--run {args.run}: not a run folder (no config.json)")
+    for name in ("max_per_task", "batch_tokens", "sft_steps"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     common = dict(bundle=args.bundle, max_per_task=args.max_per_task, out=args.out, device=args.device)
+    try:
+        if args.command == "core":
+            update = evaluate_run_core(args.run, batch_tokens=args.batch_tokens, **common)
+        else:
+            update = evaluate_run_chat(args.run, sft_steps=args.sft_steps, sft_data=args.sft_data, **common)
+    except (ValueError, FileNotFoundError, OSError) as e:  # ConfigError and BundleError are ValueErrors
+        parser.error(str(e))
+    out = args.out or args.run / "eval.json"
     if args.command == "core":
-        update = evaluate_run_core(args.run, batch_tokens=args.batch_tokens, **common)
-        key = "core"
+        n = len(update["tasks"])
+        done = "" if update["core_complete"] else f" (INCOMPLETE: {n} tasks scored, missing {', '.join(update['missing'])})"
+        print(f"core = {update['core']:.4f}{done} -> {out}")
     else:
-        update = evaluate_run_chat(args.run, sft_steps=args.sft_steps, sft_data=args.sft_data, **common)
-        key = "chatcore"
-    print(f"{key} = {update[key]:.4f} -> {args.out or args.run / 'eval.json'}")
+        print(f"chatcore = {update['chatcore']:.4f} -> {out}")
 
 
 if __name__ == "__main__":

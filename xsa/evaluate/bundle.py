@@ -2,8 +2,9 @@
 The CORE eval bundle: where it lives, and reading it.
 
 Layout (nanochat's eval_bundle.zip): core.yaml (the task list), eval_meta_data.csv (random
-baselines in percent), eval_data/<category>/<task>.jsonl. Lookup order: an explicit path, then
-$XSA_EVAL_BUNDLE, then a one-time download into cache_dir()/"eval_bundle".
+baselines in percent), eval_data/<category>/<task>.jsonl. resolve_bundle is the one lookup, for
+evaluation and for the data build's decontamination alike: an explicit path, then $XSA_EVAL_BUNDLE,
+then a one-time download into cache_dir()/"eval_bundle".
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip
 # sha256 of the zip as published (a mismatch means upstream changed it; override deliberately
 # with $XSA_EVAL_BUNDLE_SHA256 after checking what changed)
 BUNDLE_SHA256 = "90a7c19e28ee7a52b4f6e1f87658deb9fde7f63deba2379045bdb1fe9ea5d200"
+BUNDLE_ENV = "XSA_EVAL_BUNDLE"  # a local bundle folder (offline machines, CI, tests)
 TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
 
 
@@ -55,21 +57,32 @@ class Bundle:
 # Locating
 
 def resolve_bundle(path=None) -> Path:
-    """The bundle folder: `path`, else $XSA_EVAL_BUNDLE, else the cached download."""
-    chosen = path or os.environ.get("XSA_EVAL_BUNDLE")
+    """The bundle folder: `path`, else $XSA_EVAL_BUNDLE, else the download cached in
+    cache_dir()/eval_bundle (fetched once, on first use).
+
+    The only bundle lookup of the package: evaluation and decontamination both call it.
+    """
+    chosen = path or os.environ.get(BUNDLE_ENV)
     if chosen:
         root = Path(chosen).expanduser()
         if not (root / "core.yaml").is_file():
-            raise BundleError(f"{root}: not an eval bundle (no core.yaml)")
+            how = "" if path else f" (from ${BUNDLE_ENV})"
+            raise BundleError(f"{root}{how}: not an eval bundle (no core.yaml)")
         return root
     return download_bundle()
 
 
-def download_bundle(dest: Path | None = None, url: str = BUNDLE_URL, retries: int = 3) -> Path:
+def cached_bundle() -> Path:
+    """Where download_bundle unpacks the bundle by default."""
+    return Path(cache_dir()) / "eval_bundle"
+
+
+def download_bundle(dest: Path | None = None, url: str | None = None, retries: int = 3) -> Path:
     """Download and unpack the bundle once; a file lock keeps concurrent processes from racing."""
     from filelock import FileLock
 
-    dest = Path(dest or Path(cache_dir()) / "eval_bundle")
+    url = url or BUNDLE_URL
+    dest = Path(dest or cached_bundle())
     if (dest / "core.yaml").is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -9,19 +9,14 @@ A conversation is <|bos|>, then per turn <|user_start|> text <|user_end|> or
 
 from __future__ import annotations
 
-import os
 import re
-import resource
-import signal
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from xsa.evaluate.bundle import read_task_file
 from xsa.evaluate.core import Row, model_scorer, score_rows, subsample
+from xsa.evaluate.sandbox import run_program  # HumanEval's programs run in the sandbox
 
 LETTERS = "ABCDEFGHIJ"
 # (label, file under eval_data/, kind, random baseline as a fraction)
@@ -105,43 +100,6 @@ def humaneval_program(item: dict, reply: str) -> str:
     else:  # a whole function: keep the prompt's imports and helpers in front
         code = item["prompt"] + "\n    pass\n\n" + code
     return f"{code}\n\n{item['test']}\n\ncheck({item['entry_point']})\n"
-
-
-# -----------------------------------------------------------------------------
-# Running untrusted generated code
-
-def _limits(memory_bytes: int, cpu_seconds: int):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
-
-
-def run_program(code: str, timeout: float = 5.0, memory_mb: int = 512) -> tuple[bool, str]:
-    """Run `code` in a fresh isolated interpreter in an empty folder -> (passed, status).
-
-    Wall-clock timeout (the process group is killed), CPU-time and address-space limits, no
-    inherited environment. Not a security sandbox: it stops runaway loops and allocations.
-    """
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "program.py"
-        path.write_text(code)
-        proc = subprocess.Popen([sys.executable, "-I", str(path)], cwd=tmp, env={},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                preexec_fn=_limits(memory_mb << 20, int(timeout) + 1),
-                                start_new_session=True)
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:  # kill the whole group: the program may have forked
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return False, "timeout"
-    if proc.returncode == 0:
-        return True, "passed"
-    last = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-    return False, last[0][:200]
 
 
 # -----------------------------------------------------------------------------

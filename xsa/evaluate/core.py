@@ -15,6 +15,7 @@ scores ids[:, t+1]. Tests plug in oracles; real runs use model_scorer(model).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -176,13 +177,23 @@ def build_rows(task_type: str, items: list[dict], pool: list[dict], item_ids: li
 # -----------------------------------------------------------------------------
 # Scoring: batch rows of similar length, one scorer call per batch
 
-def score_rows(rows: list[Row], n_items: int, n_options: int, scorer: Scorer, pad_id: int, device,
-               max_batch_tokens: int = 16384, progress: bool = False):
-    """-> (mean loss (n_items, n_options), all-greedy-exact (n_items, n_options)).
-    Options no row scores keep mean loss +inf."""
+@dataclass
+class Scores:
+    """Per (item, option): mean and summed loss (nats) of the scored tokens, their UTF-8 bytes, and
+    whether every scored token was the greedy prediction. Options no row scores: mean +inf."""
+    mean: torch.Tensor
+    total: torch.Tensor
+    nbytes: torch.Tensor
+    exact: torch.Tensor
+
+
+def score_all(rows: list[Row], n_items: int, n_options: int, scorer: Scorer, pad_id: int, device,
+              max_batch_tokens: int = 16384, progress: bool = False, token_bytes: torch.Tensor | None = None) -> Scores:
+    """Score every row with one scorer call per batch of similar-length rows (longest first)."""
     n_groups = n_items * n_options
     loss_sum = torch.zeros(n_groups + 1, dtype=torch.float64)  # the extra group collects padding
     count = torch.zeros(n_groups + 1)
+    nbytes = torch.zeros(n_groups + 1, dtype=torch.float64)
     wrong = torch.zeros(n_groups + 1)
     order = sorted(range(len(rows)), key=lambda r: -len(rows[r].tokens))
     batches, i = [], 0
@@ -209,9 +220,34 @@ def score_rows(rows: list[Row], n_items: int, n_options: int, scorer: Scorer, pa
         loss_sum.index_add_(0, g, losses.flatten().double().cpu())
         count.index_add_(0, g, torch.ones(g.numel()))
         wrong.index_add_(0, g, (preds.cpu() != targets).flatten().float())
+        if token_bytes is not None:
+            nbytes.index_add_(0, g, token_bytes[targets].flatten().double())
     mean = (loss_sum[:-1] / count[:-1]).float().masked_fill(count[:-1] == 0, float("inf"))
     exact = (wrong[:-1] == 0) & (count[:-1] > 0)
-    return mean.view(n_items, n_options), exact.view(n_items, n_options)
+    shape = (n_items, n_options)
+    return Scores(mean.view(shape), loss_sum[:-1].view(shape), nbytes[:-1].view(shape), exact.view(shape))
+
+
+def score_rows(rows: list[Row], n_items: int, n_options: int, scorer: Scorer, pad_id: int, device,
+               max_batch_tokens: int = 16384, progress: bool = False):
+    """-> (mean loss (n_items, n_options), all-greedy-exact (n_items, n_options))."""
+    s = score_all(rows, n_items, n_options, scorer, pad_id, device, max_batch_tokens, progress)
+    return s.mean, s.exact
+
+
+def likelihoods(task_type: str, items: list[dict], s: Scores) -> tuple[list[float], list[float | None]]:
+    """Per item: the loss of the correct continuation in bits per byte (its summed loss over its
+    UTF-8 bytes; the likelihood of the task's reference text, not a capability), and its margin over
+    the best wrong option in the same unit (positive: the correct option is the more likely;
+    None for language modelling, which has no wrong option). For schema tasks the continuation is
+    shared, so the options differ in the context it follows."""
+    bpb = (s.total / (math.log(2) * s.nbytes.clamp_min(1))).masked_fill(s.nbytes == 0, float("inf"))
+    if task_type == "language_modeling":
+        return bpb[:, 0].tolist(), [None] * len(items)
+    gold = torch.tensor([item["gold"] for item in items])
+    correct = bpb.gather(1, gold[:, None])[:, 0]
+    wrong = bpb.scatter(1, gold[:, None], float("inf")).min(dim=1).values
+    return correct.tolist(), (wrong - correct).tolist()
 
 
 def item_correct(task_type: str, items: list[dict], mean_loss, exact) -> list[bool]:
@@ -227,26 +263,52 @@ def centered(accuracy: float, baseline_percent: float) -> float:
     return (accuracy - b) / (1.0 - b)
 
 
+def check_max_per_task(max_per_task) -> None:
+    if max_per_task is not None and (isinstance(max_per_task, bool) or not isinstance(max_per_task, int)
+                                     or max_per_task < 1):
+        raise ValueError(f"max_per_task must be a positive integer (or None for every item), got {max_per_task!r}")
+
+
 def subsample(n: int, max_per_task: int | None) -> list[int]:
+    """The first max_per_task items of a fixed shuffle (every item for None): the same for every run."""
+    check_max_per_task(max_per_task)
     order = list(range(n))
     random.Random(SUBSAMPLE_SEED).shuffle(order)
-    return order[:max_per_task] if max_per_task else order
+    return order if max_per_task is None else order[:max_per_task]
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else None
 
 
 def evaluate_task(spec: TaskSpec, tokenizer, scorer: Scorer, max_len: int, device="cpu",
                   max_per_task: int | None = None, max_batch_tokens: int = 16384,
                   progress: bool = False) -> dict:
+    """One task: accuracy (centered against its random baseline) and, per item, the likelihood
+    measures of `likelihoods`, on the same fixed items for every run."""
     pool = read_task_file(spec.path, spec.task_type)
+    if not pool:
+        raise BundleError(f"{spec.path}: task {spec.label!r} has no items")
     ids = subsample(len(pool), max_per_task)
     items = [pool[i] for i in ids]
     rows = build_rows(spec.task_type, items, pool, ids, spec.num_fewshot,
                       spec.continuation_delimiter, tokenizer, max_len)
     n_options = max((o for r in rows for o in r.options), default=0) + 1
-    mean_loss, exact = score_rows(rows, len(items), n_options, scorer, tokenizer.bos_id, device,
-                                  max_batch_tokens, progress)
-    correct = item_correct(spec.task_type, items, mean_loss, exact)
+    s = score_all(rows, len(items), n_options, scorer, tokenizer.bos_id, device, max_batch_tokens, progress,
+                  token_bytes=tokenizer.token_bytes)
+    correct = item_correct(spec.task_type, items, s.mean, s.exact)
+    loss_bpb, margin_bpb = likelihoods(spec.task_type, items, s)
     acc = sum(correct) / len(correct)
-    return {"n": len(correct), "accuracy": acc, "centered": centered(acc, spec.baseline)}
+    return {"n": len(correct), "accuracy": acc, "centered": centered(acc, spec.baseline),
+            "correct_bpb": _mean(loss_bpb), "margin_bpb": _mean(margin_bpb),
+            "items": {"index": ids, "correct": [int(c) for c in correct],
+                      "correct_bpb": [_round(x) for x in loss_bpb], "margin_bpb": [_round(x) for x in margin_bpb]}}
+
+
+def _round(x):
+    """Per-item numbers are kept to 6 significant digits (their noise is far larger)."""
+    return None if x is None or not math.isfinite(x) else float(f"{x:.6g}")
 
 
 def evaluate_core(bundle: Bundle, tokenizer, scorer: Scorer, max_len: int, device="cpu",
@@ -263,5 +325,7 @@ def evaluate_core(bundle: Bundle, tokenizer, scorer: Scorer, max_len: int, devic
                                           max_batch_tokens, progress=True)
     missing = [m for m in bundle.missing if labels is None or m in labels]
     core = sum(t["centered"] for t in tasks.values()) / len(tasks) if tasks else float("nan")
-    return {"core": core, "core_complete": not missing, "tasks": tasks, "missing": missing,
+    lm = [t for t in tasks.values() if t["margin_bpb"] is not None]
+    return {"core": core, "core_complete": not missing and bool(tasks), "tasks": tasks, "missing": missing,
+            "core_bpb": _mean(t["correct_bpb"] for t in tasks.values()), "core_margin_bpb": _mean(t["margin_bpb"] for t in lm),
             "max_per_task": max_per_task, "max_len": max_len, "bundle": str(bundle.root)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -34,42 +35,81 @@ def _provenance(config, device, t0):
                       wall_time_s=time.time() - t0)
 
 
+def check_out(path: Path) -> Path:
+    """Fail before any work if the results file cannot be written (a folder, a read-only place)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"out: {path} is a folder, not a JSON file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"out: cannot create {path.parent} ({e.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"out: {path} is not writable")
+    return path
+
+
 def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out=None, device=None,
                       batch_tokens: int = 16384) -> dict:
-    """CORE of a run's final model -> merged into out (default RUN_DIR/eval.json); returns the update."""
-    from xsa.evaluate.bundle import load_bundle, resolve_bundle
-    from xsa.evaluate.core import evaluate_core, model_scorer
+    """CORE of a run's final model -> merged into out (default RUN_DIR/eval.json); returns the update.
 
+    Per task: accuracy, centered accuracy and the mean likelihood measures (xsa.evaluate.core); the
+    per-item values go beside it, to core_items.json, so that arms can be paired item by item.
+    Scored in the precision policy of training (bf16 autocast on CUDA, fp32 elsewhere).
+    """
+    from xsa.evaluate.bundle import load_bundle, resolve_bundle
+    from xsa.evaluate.core import check_max_per_task, evaluate_core, model_scorer
+    from xsa.step import Precision
+
+    check_max_per_task(max_per_task)
+    if not isinstance(batch_tokens, int) or batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be a positive integer, got {batch_tokens!r}")
+    out = check_out(out or Path(run_dir) / "eval.json")
+    core_bundle = load_bundle(resolve_bundle(bundle))  # a bad bundle fails before the model loads
     device = autodetect_device(device)
     model, tokenizer, config = _load(run_dir, device)
     t0 = time.time()
-    res = evaluate_core(load_bundle(resolve_bundle(bundle)), tokenizer, model_scorer(model),
-                        config.model.sequence_len, device, max_per_task=max_per_task,
-                        max_batch_tokens=batch_tokens)
-    update = {"core": res.pop("core"), "tasks": res.pop("tasks"), "missing": res.pop("missing"),
-              "core_detail": {**res, "provenance": _provenance(config, device, t0)}}
-    merge_json(out or Path(run_dir) / "eval.json", update)
+    with Precision.of(device, config).context():
+        res = evaluate_core(core_bundle, tokenizer, model_scorer(model), config.model.sequence_len, device,
+                            max_per_task=max_per_task, max_batch_tokens=batch_tokens)
+    items = {label: t.pop("items") for label, t in res["tasks"].items()}
+    atomic_write_json(out.with_name("core_items.json"), {"max_per_task": max_per_task, "tasks": items})
+    # every result of evaluate_core goes in as it is (a new metric there needs nothing here),
+    # the settings it ran with under core_detail
+    detail = {k: res.pop(k) for k in ("max_per_task", "max_len", "bundle")}
+    update = {**res, "core_detail": {**detail, "provenance": _provenance(config, device, t0)}}
+    merge_json(out, update)
     return update
 
 
 def evaluate_run_chat(run_dir, bundle=None, max_per_task: int | None = None, out=None, device=None,
-                      sft_steps: int = 300, sft_data: str = "auto") -> dict:
-    """SFT (cached in RUN_DIR/sft/), then ChatCORE -> merged into out (default RUN_DIR/eval.json)."""
+                      sft_steps: int = 300, sft_data: str = "auto", sft_batch_rows: int | None = None,
+                      sft_micro_batch_tokens: int | None = None) -> dict:
+    """SFT (cached in RUN_DIR/sft/), then ChatCORE -> merged into out (default RUN_DIR/eval.json).
+
+    The SFT update is sft_batch_rows packed rows (default: the run's device_batch_size) in
+    micro-batches of at most sft_micro_batch_tokens tokens (default: one pre-training micro-batch).
+    Every argument is checked (a ValueError naming it) before the model is loaded."""
     from xsa.evaluate.bundle import resolve_bundle
     from xsa.evaluate.chat import evaluate_chatcore
-    from xsa.evaluate.sft import ensure_sft
+    from xsa.evaluate.core import check_max_per_task
+    from xsa.evaluate.sft import check_args, ensure_sft
 
+    check_max_per_task(max_per_task)
+    check_args(sft_steps, sft_batch_rows, sft_micro_batch_tokens, source=sft_data)
+    out = check_out(out or Path(run_dir) / "eval.json")
+    bundle = resolve_bundle(bundle)
     device = autodetect_device(device)
     model, tokenizer, config = _load(run_dir, device)
-    bundle = resolve_bundle(bundle)
     t0 = time.time()
-    sft_info = ensure_sft(model, tokenizer, config, Path(run_dir) / "sft", steps=sft_steps,
-                          source=sft_data, device=device, bundle=bundle)
+    sft_info = ensure_sft(model, tokenizer, config, Path(run_dir) / "sft", steps=sft_steps, source=sft_data,
+                          device=device, bundle=bundle, batch_rows=sft_batch_rows,
+                          micro_batch_tokens=sft_micro_batch_tokens)
     res = evaluate_chatcore(model, tokenizer, bundle, config.model.sequence_len, device, max_per_task)
     update = {"chatcore": res.pop("chatcore"), "chat_tasks": res.pop("tasks"),
               "chat_detail": {**res, "provenance": _provenance(config, device, t0)},
               "sft": {k: v for k, v in sft_info.items() if k != "data"}, "sft_data": sft_info["data"]}
-    merge_json(out or Path(run_dir) / "eval.json", update)
+    merge_json(out, update)
     return update
 
 

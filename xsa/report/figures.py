@@ -142,3 +142,64 @@ def fig_sweep(rows: list[dict], values: list, xlabel: str, out_dir, name: str):
     ax.axhline(0, color="gray", lw=0.8)
     ax.set(xlabel=xlabel, ylabel="val bpb: XSA - baseline")
     return save_figure(fig, out_dir, name)
+
+
+def fig_gap(curves: dict, out_dir, name: str, relative: bool = True):
+    """The key figure: XSA minus baseline in val bpb against training tokens, paired by seed, mean
+    and 95% t-band; one panel per comparison. curves: {panel: {tokens: [per-seed differences]}}."""
+    from xsa.report.stats import mean_ci
+    panels = {k: v for k, v in curves.items() if v}
+    if not panels:
+        return None
+    fig, axes = new_figure(ncols=len(panels), figsize=(4.6 * len(panels), 3.3))
+    scale = 100 if relative else 1
+    for ax, (title, by_tokens) in zip(axes[0], panels.items()):
+        xs = sorted(t for t in by_tokens if t > 0)  # step 0: both arms are the same initial model
+        stats = [mean_ci(by_tokens[t]) for t in xs]
+        mean = [scale * st["mean"] for st in stats]
+        lo = [scale * (st["ci"].lo if st["ci"].defined else st["mean"]) for st in stats]
+        hi = [scale * (st["ci"].hi if st["ci"].defined else st["mean"]) for st in stats]
+        n = max((st["n"] for st in stats), default=0)
+        ax.fill_between(xs, lo, hi, color="C0", alpha=0.25, lw=0, label="95% CI over seeds")
+        ax.plot(xs, mean, marker="o", ms=3, color="C0", label=f"mean of {n} paired seeds")
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set(title=title, xlabel="training tokens", ylabel="val bpb: XSA - baseline" + (" (%)" if relative else ""))
+        ax.legend(fontsize=7)
+    return save_figure(fig, out_dir, name)
+
+
+def fig_forest(rows: list[dict], out_dir, name: str, title: str):
+    """Every comparison's effect with its 95% CI (rows: label, mean, ci, unit), zero marked."""
+    rows = [r for r in rows if r.get("mean") is not None]
+    if not rows:
+        return None
+    fig, axes = new_figure(figsize=(7.5, 0.32 * len(rows) + 1.3))
+    ax = axes[0][0]
+    for i, r in enumerate(rows):
+        ax.errorbar(r["mean"], i, xerr=_error_bar(r["mean"], r["ci"]), fmt="o", color="C3" if r.get("primary") else "C0",
+                    capsize=3, ms=4)
+    ax.axvline(0, color="gray", lw=0.8)
+    ax.set_yticks(range(len(rows)), [r["label"] for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel=title)
+    return save_figure(fig, out_dir, name)
+
+
+def fig_diag_effects(rows: list[dict], keys, out_dir, name: str):
+    """Per layer, XSA minus baseline in each diagnostics metric (paired by seed, 95% CI), one
+    panel per metric, one series per comparison."""
+    rows = [r for r in rows if r.get("d") is not None]
+    if not rows:
+        return None
+    comparisons = list(dict.fromkeys(r["comparison"] for r in rows))
+    fig, axes = new_figure(ncols=len(keys), figsize=(3.3 * len(keys), 3.0))
+    for ax, k in zip(axes[0], keys):
+        for j, c in enumerate(comparisons):
+            pts = [r for r in rows if r["metric"] == k and r["comparison"] == c]
+            for r in pts:
+                ax.errorbar(r["layer"] + 0.12 * j, r["d"], yerr=_error_bar(r["d"], r["d_ci95"]), fmt="o", ms=3,
+                            color=f"C{j}", capsize=2, label=c if r is pts[0] else None)
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set(title=k, xlabel="layer", ylabel="XSA - baseline")
+    axes[0][0].legend(fontsize=7)
+    return save_figure(fig, out_dir, name)

@@ -53,26 +53,50 @@ def _scalar(x):
 
 
 def metric(run: dict, name: str):
-    """One number of a run, or None: val_bpb, core, chatcore, diag_mass (mean over layers of the
-    final diagnostics), or task:<label> (centered accuracy of one CORE task)."""
+    """One number of a run, or None:
+    - val_bpb: final validation bits per byte (of a run that trained to its horizon);
+    - core, chatcore: CORE / ChatCORE (CORE only where every task was scored);
+    - core_bpb, core_margin_bpb: the CORE likelihood measures (xsa.evaluate.core.likelihoods);
+    - task:<label>: centered accuracy of one CORE task;
+    - diag_mass (and any diagnostics metric as diag:<metric>, or diag:<metric>:<layer>): mean over
+      layers (or one layer) of the head-averaged final diagnostics."""
     if name == "val_bpb":
-        return (run["summary"] or {}).get("val_bpb")
-    if name == "diag_mass":
+        summary = run["summary"] or {}
+        return summary.get("val_bpb") if summary.get("complete", True) else None
+    if name == "diag_mass" or name.startswith("diag:"):
+        parts = ["diag", "diag_mass"] if name == "diag_mass" else name.split(":")
         layers = (run["diagnostics"] or {}).get("layers")
         if not layers:
             return None
-        vals = [_scalar(layer.get("diag_mass")) for layer in layers]
-        return sum(vals) / len(vals)
+        if len(parts) == 3:
+            layers = layers[int(parts[2]):int(parts[2]) + 1]
+        vals = [_scalar(layer.get(parts[1])) for layer in layers]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) / len(vals) if vals else None
     ev = run["eval"] or {}
     if name.startswith("task:"):
         return (ev.get("tasks", {}).get(name[5:]) or {}).get("centered")
+    if name in ("core", "core_bpb", "core_margin_bpb") and ev.get("core_complete") is False:
+        return None  # a mean over fewer tasks is not CORE: never mix it in
     value = ev.get(name)
     return value.get(name) if isinstance(value, dict) else value  # {"chatcore": {"chatcore": x, ...}} too
 
 
+def curve(run: dict, key: str = "val_bpb") -> dict:
+    """{tokens seen: value} of a metric logged during training (metrics.jsonl)."""
+    batch = (run["config"] or {}).get("total_batch_size", 1)
+    return {m["step"] * batch: m[key] for m in run["metrics"] if m.get(key) is not None}
+
+
+def complete(run: dict) -> bool:
+    """Whether a run trained to its horizon (one in progress has a config but no summary; one
+    stopped early with --max-steps says complete: false)."""
+    return bool(run["summary"]) and run["summary"].get("complete", True)
+
+
 def finished(runs) -> int:
-    """How many runs finished training (a run still in progress has a config but no summary)."""
-    return sum(1 for r in runs if r["summary"])
+    """How many runs trained to their horizon."""
+    return sum(1 for r in runs if complete(r))
 
 
 def by_arm(runs) -> dict:
@@ -82,7 +106,8 @@ def by_arm(runs) -> dict:
     return out
 
 
-def per_seed(runs, arm: Arm | str, name: str) -> dict:
-    """{seed: metric} of the runs of one arm (by Arm or by arm name)."""
+def per_seed(runs, arm: Arm | str, name: str, seeds=None) -> dict:
+    """{seed: metric} of the finished runs of one arm (by Arm or by arm name), optionally only `seeds`."""
     label = arm if isinstance(arm, str) else arm.name
-    return {r["spec"].seed: metric(r, name) for r in runs if r["arm"] == label}
+    return {r["spec"].seed: metric(r, name) for r in runs
+            if r["arm"] == label and complete(r) and (seeds is None or r["spec"].seed in seeds)}

@@ -85,3 +85,33 @@ def contrast(first: dict, second: dict) -> dict:
 def relative(a, b):
     """(b - a) / a, or None."""
     return None if a is None or b is None or a == 0 else (b - a) / a
+
+
+def relative_differences(a: dict, b: dict) -> dict:
+    """{seed: (b - a) / |a|} over the seeds both have: the effect relative to the seed's own baseline
+    (|a| keeps the sign of the change where the baseline is negative)."""
+    return {s: (b[s] - a[s]) / abs(a[s]) for s in sorted(a.keys() & b.keys())
+            if a[s] is not None and b[s] is not None and a[s] != 0}
+
+
+def normal_cdf(x: float) -> float:
+    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+
+
+def power(n: int, sd: float, effect: float, level: float = 0.95) -> float:
+    """Probability that a paired t-interval over n seeds excludes zero when the true mean difference
+    is `effect` and the per-seed SD is `sd` (normal approximation to the noncentral t:
+    P(|mean| / (sd / sqrt n) > t_crit(n - 1)))."""
+    if n < 2 or sd <= 0:
+        return float("nan")
+    ncp = abs(effect) * math.sqrt(n) / sd
+    t = t_critical(n - 1, level)
+    return normal_cdf(ncp - t) + normal_cdf(-ncp - t)
+
+
+def seeds_needed(sd: float, effect: float, target: float = 0.8, level: float = 0.95, most: int = 1000) -> int | None:
+    """The fewest paired seeds whose interval excludes zero with probability `target` (see power)."""
+    for n in range(2, most + 1):
+        if power(n, sd, effect, level) >= target:
+            return n
+    return None

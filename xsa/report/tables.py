@@ -13,16 +13,24 @@ import math
 from pathlib import Path
 
 from xsa.records import atomic_write_text
-from xsa.report.records import by_arm, finished, metric, per_seed
-from xsa.report.stats import Interval, contrast, differences, mean_ci, paired, relative
+from xsa.report.records import by_arm, complete, finished, metric, per_seed
+from xsa.report.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_needed)
 
-# The seed paper's numbers (GPU scale, one run per arm), shown beside ours as theirs.
+# The seed paper's numbers ("Exclusive Self-Attention Beyond AdamW: Stability and Generalization
+# under Muon Optimization"; GPU scale, nanochat on ClimbMix, one run per arm), shown beside ours as theirs.
 SEED_PAPER = {
     "d12": {"base": dict(val_bpb=0.8484, core=0.1602), "xsa1": dict(val_bpb=0.8457, core=0.1508)},
     "d24": {"base": dict(val_bpb=0.7193, core=0.2593, chatcore=0.3638),
             "xsa1": dict(val_bpb=0.7171, core=0.2606, chatcore=0.3682)},
 }
 RUN_METRICS = ("val_bpb", "core", "chatcore")
+EFFECT_METRICS = ("val_bpb", "core_bpb", "core_margin_bpb", "core", "diag_mass")
+METRIC_NAMES = {"val_bpb": "val bpb", "core": "CORE (centered accuracy)", "chatcore": "ChatCORE",
+                "core_bpb": "CORE likelihood: bits/byte of the correct continuation",
+                "core_margin_bpb": "CORE likelihood: margin over the best wrong option (bits/byte)",
+                "diag_mass": "diagonal attention mass a_ii (mean over layers)"}
+# metrics whose relative change is meaningful (a positive quantity far from zero)
+RELATIVE = {"val_bpb", "core_bpb", "diag_mass"}
 
 
 # -----------------------------------------------------------------------------
@@ -69,73 +77,31 @@ def runs_table(runs) -> list[dict]:
     rows = []
     for r in runs:
         s, prov, c = r["summary"] or {}, r["provenance"] or {}, r["config"]
-        rows.append(dict(run=r["id"], preset=r["preset"], optimizer=c["optimizer"],
+        rows.append(dict(run=r["id"], preset=r["preset"], recipe=c.get("recipe"), optimizer=c["optimizer"],
                          alpha=c["model"]["xsa_alpha"], layers=c["model"]["xsa_layers"],
-                         value=c["model"]["xsa_value"], seed=r["spec"].seed, steps=s.get("steps"),
-                         val_bpb=metric(r, "val_bpb"), core=metric(r, "core"), chatcore=metric(r, "chatcore"),
-                         tok_per_s=s.get("tok_per_s"), config_hash=prov.get("config_hash"),
-                         git_commit=(prov.get("git_commit") or "n/a")[:10]))
+                         seed=r["spec"].seed, steps=s.get("steps"), complete=s.get("complete"),
+                         val_bpb=metric(r, "val_bpb"), core=metric(r, "core"), core_bpb=metric(r, "core_bpb"),
+                         tok_per_s=s.get("tok_per_s"), wall_min=(s["wall_time_s"] / 60 if s.get("wall_time_s") else None),
+                         cpu_min=(s["cpu_time_s"] / 60 if s.get("cpu_time_s") else None),
+                         config_hash=prov.get("config_hash"), git_commit=(prov.get("git_commit") or "n/a")[:10]))
     return rows
 
 
-def arms_table(runs, arms=None, baseline=None) -> list[dict]:
+def arms_table(runs, arms=None, baseline=None, seeds=None) -> list[dict]:
     """One row per arm (names; default every arm): n, mean and 95% CI of val bpb, CORE, ChatCORE;
-    the paired change of val bpb against `baseline` (an arm name) where given."""
+    the paired change of val bpb against `baseline` (an arm name) where given. With `seeds`, only
+    those seeds count (a sweep is reported on the seeds all its arms have)."""
     groups = by_arm(runs)
     rows = []
     for arm in arms or list(groups):
-        rs = groups.get(arm, [])
-        row = dict(arm=arm, n=finished(rs))
+        rs = [r for r in groups.get(arm, []) if complete(r) and (seeds is None or r["spec"].seed in seeds)]
+        row = dict(arm=arm, n=len(rs))
         for name in RUN_METRICS:
-            s = mean_ci(metric(r, name) for r in rs)
-            row[name], row[f"{name}_ci95"] = s["mean"], s["ci"]
+            st = mean_ci(metric(r, name) for r in rs)
+            row[name], row[f"{name}_ci95"] = st["mean"], st["ci"]
         if baseline:
-            d = paired(per_seed(runs, baseline, "val_bpb"), per_seed(runs, arm, "val_bpb"))
+            d = paired(per_seed(runs, baseline, "val_bpb", seeds), per_seed(runs, arm, "val_bpb", seeds))
             row["d_val_bpb_vs_base"], row["d_ci95"] = d["mean"], d["ci"]
-        rows.append(row)
-    return rows
-
-
-def main_table(runs, pairs) -> list[dict]:
-    """Depth x {baseline, XSA}: ours (n seeds, 95% CI) and the seed paper's (theirs, GPU scale)."""
-    groups, rows = by_arm(runs), []
-    for pair in pairs:
-        base = {k: mean_ci(metric(r, k) for r in groups.get(pair.a.name, [])) for k in RUN_METRICS}
-        for arm, label in ((pair.a, "baseline"), (pair.b, "XSA a=1")):
-            rs = groups.get(arm.name, [])
-            row = dict(source="ours", scale=pair.name, arm=label, n=finished(rs))
-            for k in RUN_METRICS:
-                s = mean_ci(metric(r, k) for r in rs)
-                row[k], row[f"{k}_ci95"] = s["mean"], s["ci"]
-                row[f"{k}_rel"] = relative(base[k]["mean"], s["mean"]) if arm is pair.b else None
-            rows.append(row)
-    for depth, arms in SEED_PAPER.items():
-        for variant, nums in arms.items():
-            row = dict(source="theirs (Zhai 2026)", scale=f"{depth} (GPU)",
-                       arm="baseline" if variant == "base" else "XSA a=1", n=1)
-            for k in RUN_METRICS:
-                row[k], row[f"{k}_ci95"] = nums.get(k), Interval(None, None)
-                row[f"{k}_rel"] = relative(arms["base"].get(k), nums.get(k)) if variant == "xsa1" else None
-            rows.append(row)
-    return rows
-
-
-def effects_table(runs, pairs, contrasted=None, metrics=("val_bpb", "core")) -> list[dict]:
-    """b minus a, paired by seed, for each Paired; with `contrasted` (a Contrast) a last row for its
-    second effect minus its first, per seed."""
-    rows = []
-    for p in pairs:
-        row = dict(comparison=p.name, baseline=p.a.name, xsa=p.b.name)
-        for name in metrics:
-            d = paired(per_seed(runs, p.a, name), per_seed(runs, p.b, name))
-            row[f"n_{name}"], row[f"d_{name}"], row[f"d_{name}_ci95"] = d["n"], d["mean"], d["ci"]
-        rows.append(row)
-    if contrasted is not None:
-        c = contrasted
-        row = dict(comparison=f"({c.second.name}) minus ({c.first.name})", baseline="", xsa="")
-        for name in metrics:
-            d = contrast_stats(runs, c, name)
-            row[f"n_{name}"], row[f"d_{name}"], row[f"d_{name}_ci95"] = d["n"], d["mean"], d["ci"]
         rows.append(row)
     return rows
 
@@ -145,24 +111,128 @@ def pair_differences(runs, pair, name: str) -> dict:
     return differences(per_seed(runs, pair.a, name), per_seed(runs, pair.b, name))
 
 
-def contrast_stats(runs, c, name: str) -> dict:
-    return contrast(pair_differences(runs, c.first, name), pair_differences(runs, c.second, name))
+def common_seeds(runs, arms) -> set:
+    """The seeds every one of `arms` has a finished run of."""
+    sets = [set(per_seed(runs, a, "val_bpb")) for a in arms]
+    return set.intersection(*sets) if sets else set()
+
+
+def effect(runs, a, b, name: str, seeds=None) -> dict:
+    """b minus a in `name`, paired by seed: {n, mean, sd, ci} absolute and rel_* relative to a."""
+    pa, pb = per_seed(runs, a, name, seeds), per_seed(runs, b, name, seeds)
+    d = paired(pa, pb)
+    r = mean_ci(relative_differences(pa, pb).values())
+    return {**d, "rel_mean": r["mean"], "rel_ci": r["ci"], "rel_sd": r["sd"]}
+
+
+def contrast_effect(runs, c, name: str) -> dict:
+    """(c.second's b - a) minus (c.first's b - a), per seed, absolute and relative."""
+    d = contrast(pair_differences(runs, c.first, name), pair_differences(runs, c.second, name))
+    rel = lambda p: relative_differences(per_seed(runs, p.a, name), per_seed(runs, p.b, name))
+    r = contrast(rel(c.first), rel(c.second))
+    return {**d, "rel_mean": r["mean"], "rel_ci": r["ci"], "rel_sd": r["sd"]}
+
+
+def _effect_row(label: str, a: str, b: str, name: str, e: dict) -> dict:
+    relative_ok = name in RELATIVE
+    return dict(comparison=label, metric=name, a=a, b=b, n=e["n"], d=e["mean"], d_ci95=e["ci"],
+                rel=e["rel_mean"] if relative_ok else None,
+                rel_ci95=e["rel_ci"] if relative_ok else Interval(None, None))
+
+
+def main_table(runs, pairs) -> list[dict]:
+    """Depth x {baseline, XSA}: ours (n seeds, mean and 95% CI; the XSA row's relative change is
+    the mean of the per-seed paired changes) and the seed paper's (theirs, GPU scale, one run)."""
+    groups, rows = by_arm(runs), []
+    for pair in pairs:
+        for arm, label in ((pair.a, "baseline"), (pair.b, "XSA a=1")):
+            rs = [r for r in groups.get(arm.name, []) if complete(r)]
+            row = dict(source="ours", scale=pair.name, arm=label, n=len(rs))
+            for k in ("val_bpb", "core", "core_bpb"):
+                st = mean_ci(metric(r, k) for r in rs)
+                row[k], row[f"{k}_ci95"] = st["mean"], st["ci"]
+                if k != "core":  # CORE near chance: its relative change means nothing (see effects)
+                    row[f"{k}_rel"] = effect(runs, pair.a, pair.b, k)["rel_mean"] if arm is pair.b else None
+            rows.append(row)
+    for depth, arms in SEED_PAPER.items():
+        for variant, nums in arms.items():
+            row = dict(source="theirs (seed paper)", scale=f"{depth} (GPU)",
+                       arm="baseline" if variant == "base" else "XSA a=1", n=1)
+            base = arms["base"]
+            for k in ("val_bpb", "core", "core_bpb"):
+                row[k], row[f"{k}_ci95"] = nums.get(k), Interval(None, None)
+                if k != "core":
+                    row[f"{k}_rel"] = ((nums[k] - base[k]) / abs(base[k]) if variant == "xsa1" and k in nums
+                                       else None)
+            rows.append(row)
+    return rows
+
+
+def effects_table(runs, pairs, contrasted=None, metrics=EFFECT_METRICS) -> list[dict]:
+    """One row per (comparison, metric): b minus a, paired by seed, absolute and relative; with
+    `contrasted` (Contrasts) their second effect minus their first, per seed."""
+    rows = [_effect_row(p.name, p.a.name, p.b.name, name, effect(runs, p.a, p.b, name))
+            for p in pairs for name in metrics]
+    for c in contrasted or ():
+        rows += [_effect_row(f"({c.second.name}) minus ({c.first.name})", c.first.name, c.second.name, name,
+                             contrast_effect(runs, c, name)) for name in metrics]
+    return rows
+
+
+def power_table(runs, pairs, pilot_seeds, claims=()) -> list[dict]:
+    """The sizing of the study: per main comparison, the paired SD of the final val bpb over the
+    pilot seeds, the seeds that give 80% power to exclude zero at the seed paper's effect, and what
+    the finished study achieved (n, CI half-width)."""
+    effects = {c.comparison: c.seed_effect for c in claims if c.metric == "val_bpb" and c.seed_effect is not None}
+    rows = []
+    for p in pairs:
+        pilot = effect(runs, p.a, p.b, "val_bpb", seeds=set(pilot_seeds))
+        first8 = effect(runs, p.a, p.b, "val_bpb", seeds=set(range(8)))  # where the precision rule looks
+        full = effect(runs, p.a, p.b, "val_bpb")
+        seed_rel = effects.get(p.name)
+        needed = (seeds_needed(pilot["rel_sd"], seed_rel) if seed_rel is not None and pilot["rel_sd"] else None)
+        half = (full["rel_ci"].hi - full["rel_ci"].lo) / 2 if full["rel_ci"].defined else None
+        rows.append(dict(comparison=p.name, pilot_n=pilot["n"], pilot_sd=pilot["sd"], pilot_rel_sd=pilot["rel_sd"],
+                         seed_paper_effect_rel=seed_rel, seeds_for_80pct_power=needed, n=full["n"],
+                         sd=full["sd"], rel_sd=full["rel_sd"], rel_ci_half_width=half,
+                         rel_ci_half_width_first8=(first8["rel_ci"].hi - first8["rel_ci"].lo) / 2
+                         if first8["n"] == 8 and first8["rel_ci"].defined else None,
+                         ci_half_width=(full["ci"].hi - full["ci"].lo) / 2 if full["ci"].defined else None))
+    return rows
+
+
+def diagnostics_effects_table(runs, pairs, keys) -> list[dict]:
+    """Per comparison, layer and diagnostics metric: baseline mean, XSA mean, XSA minus baseline
+    paired by seed with its 95% CI."""
+    rows = []
+    for p in pairs:
+        layers = max((len((r["diagnostics"] or {}).get("layers") or []) for r in runs if r["arm"] == p.a.name), default=0)
+        for k in keys:
+            for i in range(layers):
+                name = f"diag:{k}:{i}"
+                a, b = per_seed(runs, p.a, name), per_seed(runs, p.b, name)
+                d = paired(a, b)
+                rows.append(dict(comparison=p.name, metric=k, layer=i, n=d["n"], baseline=mean_ci(a.values())["mean"],
+                                 xsa=mean_ci(b.values())["mean"], d=d["mean"], d_ci95=d["ci"],
+                                 direction=("higher" if d["ci"].lo > 0 else "lower" if d["ci"].hi < 0 else "includes 0")
+                                 if d["ci"].defined else "n/a"))
+    return rows
 
 
 def core_tasks_table(runs, arms) -> list[dict]:
-    groups = by_arm(runs)
+    groups = by_arm([r for r in runs if complete(r)])
     labels = sorted({t for r in runs if r["arm"] in arms for t in ((r["eval"] or {}).get("tasks") or {})})
     return [dict(task=t, **{a: mean_ci(metric(r, f"task:{t}") for r in groups.get(a, []))["mean"] for a in arms})
             for t in labels]
 
 
-DIAG_KEYS = ("cos_y_v", "cos_z_v", "diag_mass", "entropy", "cos_v_v")
+DIAG_KEYS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
 
 
 def diagnostics_table(runs, arms) -> list[dict]:
     from xsa.report.records import _scalar
     rows = []
-    for arm, rs in by_arm([r for r in runs if r["arm"] in arms]).items():
+    for arm, rs in by_arm([r for r in runs if r["arm"] in arms and complete(r)]).items():
         layers = [(r["diagnostics"] or {}).get("layers") or [] for r in rs]
         for i in range(max((len(ls) for ls in layers), default=0)):
             row = dict(arm=arm, layer=i, n=sum(1 for ls in layers if i < len(ls)))
@@ -194,24 +264,28 @@ def throughput_table(tp: dict) -> list[dict]:
 
 def setup_table(study) -> list[dict]:
     """What each preset of the study trains (from the presets and the study, not from prose)."""
-    from xsa.config import PRESETS, make_config
+    from xsa.config import PRESETS, make_config, scaling_params
     rows = []
     for p in study.presets():
         c = make_config(p)
         m = c.model
-        rows.append(dict(preset=p, layers=m.n_layer, width=m.n_embd, heads=m.n_head, seq_len=m.sequence_len,
-                         vocab=m.vocab_size, data=PRESETS[p]["data"], batch_tokens=c.total_batch_size,
-                         steps=c.num_iterations, tokens=c.num_tokens,
-                         runs=sum(1 for r in study.runs if r.preset == p),
-                         core_items_per_task=study.evaluate.get("max_per_task") or "all",
-                         sft_steps=study.evaluate.get("sft_steps")))
+        blocks = scaling_params(m) - m.n_embd * m.vocab_size  # the block matrices (non-embedding)
+        rows.append(dict(preset=p, recipe=c.recipe, layers=m.n_layer, width=m.n_embd, heads=m.n_head,
+                         seq_len=m.sequence_len, vocab=m.vocab_size, data=PRESETS[p]["data"],
+                         batch_tokens=c.total_batch_size, steps=c.num_iterations, tokens=c.num_tokens,
+                         non_embedding_params=blocks, tokens_per_param=c.num_tokens / blocks,
+                         matrix_lr=c.matrix_lr, runs=sum(1 for r in study.runs if r.preset == p),
+                         core_items_per_task=study.evaluate.get("max_per_task") or "all"))
     return rows
 
 
 def gpu_table(results_dir) -> list[dict]:
-    """Our GPU-scale runs (the gpu study: d12 and d24), when their records exist; else no rows."""
+    """Our GPU-scale runs (the gpu study), when their records exist, with the recipe each used; else
+    no rows."""
     from xsa.report.records import load_runs
     from xsa.studies import get_study
     gpu = get_study("gpu")
     runs = load_runs(results_dir, [r.run_id for r in gpu.runs])
-    return [r for r in main_table(runs, gpu.main) if r["source"] == "ours" and r["n"] > 0]
+    recipes = {p.name: p.a.config().recipe for p in gpu.main}
+    return [{**r, "recipe": recipes[r["scale"]]} for r in main_table(runs, gpu.main)
+            if r["source"] == "ours" and r["n"] > 0]

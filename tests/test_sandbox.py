@@ -1,0 +1,187 @@
+"""The HumanEval sandbox: each escape measured on the old runner (a subprocess with per-process
+limits, run as the caller) stays closed. The OS layers are tested with the in-process guard off
+(guard=False), so the guard, which Python can undo, is not what holds."""
+
+import secrets
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from xsa.evaluate import chat, sandbox
+
+LONG = 60.0  # for programs that end on their own: the limit matters only on a starved machine
+ADD = {"prompt": 'def add(a, b):\n    """Add two numbers."""\n', "entry_point": "add",
+       "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}
+
+
+def needs(*layers):
+    """Skip unless this machine's sandbox has `layers` (without them the escape is open, and the
+    docstring says so)."""
+    missing = [layer for layer in layers if layer not in sandbox.protections()]
+    if missing:
+        pytest.skip(f"the sandbox here lacks {missing} (active: {sandbox.protections()})")
+
+
+def running(marker: str) -> bool:
+    """Is a process with `marker` in its command line alive?"""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+@pytest.fixture
+def open_dir():
+    """A world-writable folder in /tmp: only the sandbox's own layers keep a program out of it."""
+    path = Path(tempfile.mkdtemp(prefix="xsa-sandbox-test-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.mark.parametrize("exit", ["import os\nos._exit(0)", "raise SystemExit(0)", "import sys\nsys.exit()"])
+def test_leaving_before_the_tests_run_is_not_a_pass(exit):
+    reply = f"```python\ndef add(a, b):\n    return a - b\n\n{exit}\n```"  # wrong, and leaves before check()
+    ok, status = sandbox.run_program(chat.humaneval_program(ADD, reply), timeout=LONG)
+    assert (ok, status) == (False, "exited before its tests finished")
+
+
+def test_the_wall_clock_holds_while_a_setsid_child_keeps_stderr_open():
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\n    os._exit(0)\n"  # holding stderr
+            "while True:\n    time.sleep(1)\n")
+    outcome = sandbox.run_program(code, timeout=1.0, processes=4, guard=False, memory_mb=1024)
+    assert outcome == (False, "timeout")
+    assert outcome.seconds < 1.0 + 1.0  # the clock starts with the program, and the kill is immediate
+
+
+def test_a_detached_child_does_not_outlive_the_run(open_dir):
+    marker, target = f"xsa-{secrets.token_hex(8)}", open_dir / "escaped"
+    script = f"sleep 1; echo escaped > {target}; sleep 30; : {marker}"
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n    os.setsid()\n"
+            "    if os.fork() == 0:\n        os.closerange(0, 256)\n"  # double fork, no descriptors
+            f"        os.execv('/bin/sh', ['sh', '-c', {script!r}])\n"
+            "    os._exit(0)\n"
+            "os.wait()\ntime.sleep(0.5)\n")
+    ok, status = sandbox.run_program(code, timeout=LONG, processes=6, guard=False, memory_mb=1024)
+    assert (ok, status) == (True, "passed")
+    assert not running(marker)
+    time.sleep(2)
+    assert not target.exists()
+
+
+def test_without_namespaces_the_fallback_still_kills_setsid_children():
+    marker = f"xsa-{secrets.token_hex(8)}"
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n    os.setsid()\n    os.closerange(0, 256)\n"
+            f"    os.execv('/bin/sh', ['sh', '-c', 'sleep 30; : {marker}'])\n"
+            "time.sleep(1)\n")
+    ok, status = sandbox._run(code, sandbox.Tier((), separate_uid=False), timeout=LONG, memory_mb=1024,
+                              processes=6, guard=False)
+    assert (ok, status) == (True, "passed")
+    assert not running(marker)
+
+
+def test_files_outside_the_home_cannot_be_written(tmp_path):
+    needs("separate-uid")  # tmp_path is the caller's: writable unless the program runs as someone else
+    target = tmp_path / "escaped"
+    ok, status = sandbox.run_program(f"open({str(target)!r}, 'w').write('x')\n", timeout=LONG, guard=False)
+    assert not ok and "Error" in status
+    assert not target.exists()
+
+
+def test_world_writable_folders_outside_the_home_cannot_be_written(open_dir):
+    needs("mount-namespace")  # any uid may write to a 0777 folder; only the fresh root hides it
+    target = open_dir / "escaped"
+    ok, status = sandbox.run_program(f"open({str(target)!r}, 'w').write('x')\n", timeout=LONG, guard=False)
+    assert not ok and "Error" in status
+    assert not target.exists()
+
+
+def test_private_test_data_cannot_be_read(tmp_path):
+    needs("separate-uid")
+    secret = tmp_path / "answers.jsonl"
+    secret.write_text("the hidden tests\n")
+    secret.chmod(0o600)
+    ok, status = sandbox.run_program(f"print(open({str(secret)!r}).read())\n", timeout=LONG, guard=False)
+    assert not ok and ("PermissionError" in status or "FileNotFoundError" in status)
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", __file__])  # world-readable: the host's users, the repository
+def test_the_hosts_files_are_not_there(path):
+    needs("mount-namespace")
+    ok, status = sandbox.run_program(f"print(open({path!r}).read())\n", timeout=LONG, guard=False)
+    assert (ok, status.split(":")[0]) == (False, "FileNotFoundError")
+
+
+def test_no_network_not_even_to_the_loopback():
+    needs("net-namespace")
+    with socket.create_server(("127.0.0.1", 0)) as server:  # listening on the host
+        port = server.getsockname()[1]
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        ok, status = sandbox.run_program(code, timeout=LONG, guard=False)
+    assert not ok and "OSError" in status
+
+
+def test_rlimit_nproc_caps_the_processes():
+    needs("nproc")
+    code = ("import os, time\nn = 0\n"
+            "for _ in range(40):\n"
+            "    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+            "    if pid == 0:\n        os.closerange(0, 256)\n        time.sleep(3)\n        os._exit(0)\n"
+            "    n += 1\n"
+            "raise SystemExit(f'forked {n}')\n")
+    ok, status = sandbox.run_program(code, timeout=LONG, processes=4, guard=False, memory_mb=1024)
+    assert not ok and status.startswith("forked ")
+    assert int(status.split()[1]) <= (3 if "separate-uid" in sandbox.protections() else 39)
+
+
+def test_a_fork_bomb_is_stopped_within_the_time_limit():
+    needs("nproc")  # without it this would be a real fork bomb
+    outcome = sandbox.run_program("import os\nwhile True:\n    os.fork()\n", timeout=LONG, processes=8,
+                                  guard=False, memory_mb=2048)
+    assert not outcome[0] and outcome[1] != "timeout"  # it ended itself: forks failed, processes died
+    assert outcome.seconds < LONG
+
+
+def test_shelling_out_fails_even_without_the_guard():
+    needs("nproc")  # one process allowed (the default): system() cannot fork
+    ok, status = sandbox.run_program("import os\nassert os.system('true') == 0\n", timeout=LONG, guard=False)
+    assert not ok and "AssertionError" in status
+
+
+@pytest.mark.parametrize("call", ["import os\nos.system('true')", "import subprocess\nsubprocess.run(['true'])",
+                                  "import os\nos.kill(os.getpid(), 0)", "import shutil\nshutil.rmtree('x')",
+                                  "import socket", "import ctypes"])
+def test_the_guard_blocks_the_easy_ways_out(call):
+    ok, status = sandbox.run_program(call + "\n", timeout=LONG)
+    assert not ok and ("blocked by the sandbox" in status or "None in sys.modules" in status), status
+
+
+def test_the_memory_cap_holds_across_forks():
+    code = ("import os\n"
+            "for _ in range(2):\n"
+            "    if os.fork() == 0:\n"
+            "        try:\n            x = bytearray(250 << 20)\n"
+            "        except MemoryError:\n            os._exit(1)\n"
+            "        os._exit(0)\n"
+            "got = sum(os.waitstatus_to_exitcode(os.wait()[1]) == 0 for _ in range(2))\n"
+            "raise SystemExit(f'allocated {250 * got}')\n")
+    ok, status = sandbox.run_program(code, timeout=LONG, memory_mb=400, processes=3, guard=False)
+    assert not ok and status.startswith("allocated ")
+    assert int(status.split()[1]) <= 400
+
+
+def test_the_outcome_records_the_active_layers():
+    outcome = sandbox.run_program("pass\n", timeout=LONG)
+    assert outcome == (True, "passed") and outcome.layers == sandbox.protections()
+    assert {"rlimits", "no-new-privs", "empty-env", "guard"} <= set(outcome.layers)
+    assert "guard" not in sandbox.run_program("pass\n", timeout=LONG, guard=False).layers
