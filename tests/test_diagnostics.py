@@ -169,6 +169,16 @@ def test_figures_are_written_as_png_and_svg(tiny_run, tmp_path):
     assert (tmp_path / "heads.svg").read_bytes() == first[tmp_path / "heads.svg"]
 
 
+def test_cli_out_a_folder_is_refused_without_advice_to_overwrite(tiny_run, tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("x")
+    for extra in ([], ["--overwrite"]):
+        with pytest.raises(SystemExit):
+            main(["--run", str(tiny_run), "--out", str(tmp_path), *extra])
+        err = capsys.readouterr().err
+        assert "is a folder" in err and "--overwrite" not in err.split("error:")[-1]
+    assert (tmp_path / "keep.txt").read_text() == "x"
+
+
 def test_cli_names_a_missing_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--run", str(tmp_path / "nope")])

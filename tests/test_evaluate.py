@@ -368,6 +368,14 @@ def test_download_unpacks_once_and_checks_the_checksum(tmp_path, monkeypatch):
     assert download_bundle(tmp_path / "cache" / "eval_bundle", url=zpath.as_uri()) == dest
 
 
+def test_a_failed_bundle_download_is_a_bundle_error_that_says_what_to_do(tmp_path, monkeypatch):
+    from xsa.evaluate.bundle import download_bundle
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    with pytest.raises(BundleError, match="XSA_EVAL_BUNDLE"):  # the CLI prints it as one line, exit 2
+        download_bundle(tmp_path / "cache" / "eval_bundle", url=(tmp_path / "nowhere.zip").as_uri(), retries=2)
+    assert not (tmp_path / "cache" / "eval_bundle").exists()
+
+
 def test_bundle_resolution_order(tmp_path, monkeypatch):
     from xsa.evaluate.bundle import resolve_bundle
     a = write_bundle(tmp_path / "a", synthetic_tasks(2))

@@ -207,6 +207,7 @@ def test_nan_guard_keeps_last_good_checkpoint(smoke_data, tmp_path, monkeypatch)
     (["--seed", "100000000000000000000"], "seed"),
     (["--seed", "1e20"], "seed"),
     (["--xsa-value", "plain"], "xsa_value"),  # no XSA layer would use it
+    (["--device", "tpu9"], "tpu9"),
 ])
 def test_cli_bad_input_names_the_field(args, field, tmp_path, capsys):
     argv = ["--preset", "smoke", "--out", str(tmp_path / "r")] + args

@@ -9,9 +9,20 @@ import torch
 
 
 def autodetect_device(requested: str | None = None) -> torch.device:
-    """cuda if present, then mps, then cpu; `requested` ("cpu", "cuda", "cuda:1", ...) wins."""
+    """cuda if present, then mps, then cpu; `requested` ("cpu", "cuda", "cuda:1", ...) wins, if this
+    machine has it (a ValueError naming the device otherwise, before any work)."""
     if requested and requested != "auto":
-        return torch.device(requested)
+        try:
+            device = torch.device(requested)
+        except RuntimeError:
+            raise ValueError(f"device: {requested!r} is not a device (cpu, cuda, cuda:N, mps or auto)") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device: {requested!r} requested, but this machine has no CUDA device")
+        if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"device: {requested!r} requested, but this machine has no MPS device")
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"device: {requested!r} is not supported (cpu, cuda, cuda:N, mps or auto)")
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():

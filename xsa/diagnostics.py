@@ -327,13 +327,13 @@ def main(argv=None):
         p.error(f"--run: {run_dir} is not a directory")
     if args.batch_size < 1:
         p.error(f"--batch-size must be positive, got {args.batch_size}")
-    out = Path(args.out) if args.out else run_dir / "diagnostics.json"
-    if out.exists() and not args.overwrite:
-        p.error(f"--out: {out} exists (pass --overwrite to replace it)")
     if args.batches < 1:
         p.error(f"--batches must be positive, got {args.batches}")
-    if out.is_dir():
+    out = Path(args.out) if args.out else run_dir / "diagnostics.json"
+    if out.is_dir():  # before the overwrite advice: --overwrite never replaces a folder
         p.error(f"--out: {out} is a folder, not a JSON file")
+    if out.exists() and not args.overwrite:
+        p.error(f"--out: {out} exists (pass --overwrite to replace it)")
     try:
         result = write_diagnostics(run_dir, out, batch_size=args.batch_size, batches=args.batches, device=args.device)
     except (ValueError, FileNotFoundError) as e:

@@ -1,7 +1,7 @@
 """
 One run, named once: a preset, the overrides that make its arm, and a seed.
 
-    run = Run.of("cpu-d4", seed=0, xsa_alpha=1.0)    # cpu-d4_xsa1_s0
+    run = Run.of("cpu-w64-d4", seed=0, xsa_alpha=1.0)    # cpu-w64-d4_xsa1_s0
     cfg = run.config()                              # the TrainConfig it trains
     Run.from_config(cfg) == run                     # the config diffed against its preset
 
@@ -148,7 +148,7 @@ class Run:
 
     @property
     def run_id(self) -> str:
-        """Readable and unique per (preset, overrides, seed), e.g. cpu-d4_xsa1_s0, cpu-d4_adamw_base_s2."""
+        """Readable and unique per (preset, overrides, seed), e.g. cpu-w64-d4_xsa1_s0, cpu-w64-d4_adamw_base_s2."""
         return f"{self.arm.name}_s{self.seed}"
 
     def __str__(self) -> str:

@@ -204,10 +204,10 @@ def _default() -> Study:
                   "lower", seed_effect=0.1508 - 0.1602),
             Claim("XSA raises Base CORE at the larger depth", "d24: 0.2593 -> 0.2606", "cpu-w64-d8", "core",
                   "higher", seed_effect=0.2606 - 0.2593),
-            *(Claim("XSA lowers the diagonal attention mass", "mechanism (no number given)", p, "diag_mass", "lower")
-              for p in ("cpu-w64-d4", "cpu-w64-d8")),
-            *(Claim("XSA's runtime overhead is small (about 5% at most)", "small overhead", p, "overhead", "lower", 0.05)
-              for p in ("cpu-w64-d4", "cpu-w64-d8")),
+            *(Claim(f"XSA lowers the diagonal attention mass at the {depth} depth", "mechanism (no number given)",
+                    p, "diag_mass", "lower") for p, depth in (("cpu-w64-d4", "smaller"), ("cpu-w64-d8", "larger"))),
+            *(Claim(f"XSA's runtime overhead is small (about 5% at most) at the {depth} depth", "small overhead", p,
+                    "overhead", "lower", 0.05) for p, depth in (("cpu-w64-d4", "smaller"), ("cpu-w64-d8", "larger"))),
         ),
         core_arms=(*d4.arms(), *d8.arms()),
         # CORE on a fixed 200 items per task (the same items for every run) with the per-item

@@ -28,7 +28,7 @@ MFU = flops_per_token (model.estimate_flops(), the baseline's count for both arm
       on CPU), not a datasheet number. On CPU both are per second of this process's CPU time, so
       other programs' load does not bend the ratio.
 
-    python -m xsa.throughput --preset cpu-d4 --steps 20 --threads 1     # CPU, on a shared machine
+    python -m xsa.throughput --preset cpu-w64-d4 --steps 20 --threads 1     # CPU, on a shared machine
     python -m xsa.throughput --preset d12 --steps 20                    # GPU (compiled, bf16 autocast)
 """
 
@@ -298,7 +298,7 @@ def main(argv=None):
         "Step time, tokens/s, peak memory and MFU of the study's baseline (no XSA layer) and XSA arm "
         "(alpha=1, every layer), alternated in one process, with the XSA overhead ratio and a bootstrap "
         "95%% CI. Results are written as they arrive."))
-    p.add_argument("--preset", required=True, help="a preset of xsa/config.py (smoke, cpu-d4, cpu-d8, d12, d24)")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/config.py ({', '.join(PRESETS)})")
     p.add_argument("--steps", type=int, default=20, help="measured steps per arm after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="discarded warm-up steps per arm (default 5)")
     p.add_argument("--train-steps", type=int, default=0,

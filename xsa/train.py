@@ -1,7 +1,7 @@
 """
 Train one run: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on a data subset.
 
-    python -m xsa.train --preset cpu-d4 --alpha 1                 # -> results/runs/cpu-d4_xsa1_s0
+    python -m xsa.train --preset cpu-w64-d4 --alpha 1                 # -> results/runs/cpu-w64-d4_xsa1_s0
     torchrun --nproc_per_node=8 -m xsa.train --preset d12        (DDP: nccl on CUDA, gloo on CPU)
 
 Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss
@@ -39,7 +39,7 @@ import torch.distributed as dist
 from xsa import checkpoint as ckpt
 from xsa.bpb import evaluate_bpb
 from xsa.common import autodetect_device, clock, device_name, dist_info, mfu, peak_flops, print0
-from xsa.config import ConfigError, TrainConfig
+from xsa.config import PRESETS, ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
 from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
@@ -362,7 +362,7 @@ def main(argv=None):
     from xsa.spec import Run
     p = argparse.ArgumentParser(prog="python -m xsa.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help="a preset of xsa/config.py (smoke, cpu-d4, cpu-d8, d12, d24)")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/config.py ({', '.join(PRESETS)})")
     p.add_argument("--alpha", type=float, default=None,
                    help="XSA strength in [0, 1]; alone it applies to every layer (--alpha 0: the zero-strength "
                         "formula, a control; the baseline is --xsa-layers none, the default)")
@@ -372,7 +372,7 @@ def main(argv=None):
                    help="project against the aggregated v (mixed, with value embedding) or c_v(x) alone (plain)")
     p.add_argument("--optimizer", default=None, choices=["muon", "adamw"], help="Muon+AdamW or AdamW alone")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
-    p.add_argument("--out", default=None, help="run folder (default: results/runs/<run id>, e.g. cpu-d4_xsa1_s0)")
+    p.add_argument("--out", default=None, help="run folder (default: results/runs/<run id>, e.g. cpu-w64-d4_xsa1_s0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many updates (schedule unchanged)")

@@ -99,7 +99,8 @@ def download_bundle(dest: Path | None = None, url: str | None = None, retries: i
                 break
             except OSError as e:
                 if attempt == retries:
-                    raise RuntimeError(f"could not download the eval bundle from {url}: {e}") from e
+                    raise BundleError(f"could not download the eval bundle from {url} ({e}); pass --bundle "
+                                      f"or set XSA_EVAL_BUNDLE to a local copy of it") from e
                 time.sleep(2 ** attempt)
         got = sha256_file(zip_path)
         if got != expected:

@@ -140,6 +140,10 @@ def build(study, results_dir, out_dir=None) -> dict:
         if isinstance(c, Sweep):
             figures[c.name] = fig_sweep(tables[c.name], c.values(), SWEEP_LABELS.get(c.field, c.field),
                                         figures_dir, c.name)
+    for name, path in figures.items():  # a figure with no records now: drop what an older build drew
+        if path is None:
+            for ext in ("png", "svg"):
+                (figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
     return dict(runs=runs, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main))
 
 
