@@ -224,3 +224,19 @@ def test_setup_alpha_figure_and_gpu_table(tmp_path):
     gpu = report.build(study, tmp_path)["tables"]["gpu"]
     assert [(r["scale"], r["arm"], r["n"], r["val_bpb"]) for r in gpu] == [("d12", "baseline", 1, 0.85)]
 
+
+
+def test_compute_table_adds_up_the_records():
+    """Minutes per run and hours in all, per preset and stage; a run still training costs nothing
+    yet, a stage nobody ran has no row."""
+    def run(preset, cpu, wall, core=None, summary=True):
+        ev = {"core_detail": {"provenance": {"cpu_time_s": core, "wall_time_s": core + 6}}} if core else None
+        return dict(preset=preset, summary={"cpu_time_s": cpu, "wall_time_s": wall} if summary else None,
+                    eval=ev, diagnostics=None)
+    runs = [run("a", 600, 660, core=120), run("a", 720, 780), run("a", 9999, 9999, summary=False), run("b", 60, 60)]
+    rows = {(r["preset"], r["stage"]): r for r in report.compute_table(runs)}
+    assert set(rows) == {("a", "train"), ("a", "CORE"), ("b", "train")}
+    a = rows[("a", "train")]
+    assert a["runs"] == 2 and a["cpu_min_per_run"] == pytest.approx(11.0) and a["cpu_hours"] == pytest.approx(22 / 60)
+    assert (a["cpu_min_fastest"], a["cpu_min_slowest"]) == (10.0, 12.0) and a["wall_hours"] == pytest.approx(24 / 60)
+    assert rows[("a", "CORE")]["runs"] == 1 and rows[("a", "CORE")]["cpu_min_per_run"] == pytest.approx(2.0)

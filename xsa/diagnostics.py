@@ -230,7 +230,7 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
     from xsa.records import provenance
     from xsa.step import Precision
     check_rows(batch_size, batches)
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     run_dir = Path(run_dir)
     dev = autodetect_device(device)
     model, _, cfg = load_model(run_dir, dev)
@@ -251,7 +251,8 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
             "entropy_units": "nats", "heads": "indexed by query head (GQA value heads repeated)"},
         "layers": summarize_layers(per_head),
         "provenance": provenance(config_hash=cfg.config_hash(), seed=cfg.seed, device=device_name(dev),
-                                 wall_time_s=round(time.time() - t0, 3)),
+                                 wall_time_s=round(time.time() - t0, 3),
+                                 extra={"cpu_time_s": round(time.process_time() - c0, 3)}),
     }
 
 

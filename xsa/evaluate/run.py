@@ -30,9 +30,10 @@ def _load(run_dir, device):
     return model.eval(), tokenizer, config
 
 
-def _provenance(config, device, t0):
+def _provenance(config, device, t0, c0):
+    """Who scored what, and what it cost: wall time since t0, this process's CPU time since c0."""
     return provenance(config_hash=config.config_hash(), seed=config.seed, device=device_name(device),
-                      wall_time_s=time.time() - t0)
+                      wall_time_s=time.time() - t0, extra={"cpu_time_s": time.process_time() - c0})
 
 
 def check_out(path: Path) -> Path:
@@ -68,7 +69,7 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     core_bundle = load_bundle(resolve_bundle(bundle))  # a bad bundle fails before the model loads
     device = autodetect_device(device)
     model, tokenizer, config = _load(run_dir, device)
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     with Precision.of(device, config).context():
         res = evaluate_core(core_bundle, tokenizer, model_scorer(model), config.model.sequence_len, device,
                             max_per_task=max_per_task, max_batch_tokens=batch_tokens)
@@ -77,7 +78,7 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     # every result of evaluate_core goes in as it is (a new metric there needs nothing here),
     # the settings it ran with under core_detail
     detail = {k: res.pop(k) for k in ("max_per_task", "max_len", "bundle")}
-    update = {**res, "core_detail": {**detail, "provenance": _provenance(config, device, t0)}}
+    update = {**res, "core_detail": {**detail, "provenance": _provenance(config, device, t0, c0)}}
     merge_json(out, update)
     return update
 
@@ -101,13 +102,13 @@ def evaluate_run_chat(run_dir, bundle=None, max_per_task: int | None = None, out
     bundle = resolve_bundle(bundle)
     device = autodetect_device(device)
     model, tokenizer, config = _load(run_dir, device)
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     sft_info = ensure_sft(model, tokenizer, config, Path(run_dir) / "sft", steps=sft_steps, source=sft_data,
                           device=device, bundle=bundle, batch_rows=sft_batch_rows,
                           micro_batch_tokens=sft_micro_batch_tokens)
     res = evaluate_chatcore(model, tokenizer, bundle, config.model.sequence_len, device, max_per_task)
     update = {"chatcore": res.pop("chatcore"), "chat_tasks": res.pop("tasks"),
-              "chat_detail": {**res, "provenance": _provenance(config, device, t0)},
+              "chat_detail": {**res, "provenance": _provenance(config, device, t0, c0)},
               "sft": {k: v for k, v in sft_info.items() if k != "data"}, "sft_data": sft_info["data"]}
     merge_json(out, update)
     return update

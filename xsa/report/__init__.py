@@ -24,13 +24,13 @@ from xsa.report import text  # noqa: E402 (the paper's sentences)
 from xsa.report.figures import (fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest, fig_gap,
                                 fig_intervals, fig_sweep, fig_throughput)
 from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
-from xsa.report.tables import (DIAG_KEYS, arms_table, common_seeds, contrast_effect, core_tasks_table,
+from xsa.report.tables import (DIAG_KEYS, arms_table, common_seeds, compute_table, contrast_effect, core_tasks_table,
                                diagnostics_effects_table, diagnostics_table, effect, effects_table, fmt, gpu_table,
                                main_table, power_table, runs_table, setup_table, throughput_table, to_markdown,
                                write_table)
 
 __all__ = ["build", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
-           "to_markdown", "write_table", "fig_curves"]
+           "to_markdown", "write_table", "fig_curves", "compute_table"]
 
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
 
@@ -118,6 +118,7 @@ def build(study, results_dir, out_dir=None) -> dict:
         "diagnostics_effects": diagnostics_effects_table(runs, study.main, DIAG_KEYS),
         "throughput": throughput_table(tp),
         "runs": runs_table(runs),
+        "compute": compute_table(runs),
         "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
     for name, rows in tables.items():

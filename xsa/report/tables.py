@@ -87,6 +87,31 @@ def runs_table(runs) -> list[dict]:
     return rows
 
 
+def compute_table(runs) -> list[dict]:
+    """What the study has cost so far, per preset, from the records: training (trained runs), CORE
+    and diagnostics (the runs scored), each as minutes per run and CPU hours in all. CPU time is
+    the process's; wall time is what the run took with whatever else shared the machine."""
+    def minutes(values):
+        values = [v / 60 for v in values if v is not None]
+        return (sum(values) / len(values), min(values), max(values), sum(values)) if values else (None,) * 4
+
+    rows = []
+    for preset in dict.fromkeys(r["preset"] for r in runs):
+        rs = [r for r in runs if r["preset"] == preset and complete(r)]
+        core = [((r["eval"] or {}).get("core_detail") or {}).get("provenance") or {} for r in rs]
+        diag = [(r["diagnostics"] or {}).get("provenance") or {} for r in rs]
+        for stage, recs in (("train", [r["summary"] for r in rs]), ("CORE", core), ("diagnostics", diag)):
+            cpu = minutes(x.get("cpu_time_s") for x in recs)
+            wall = minutes(x.get("wall_time_s") for x in recs)
+            n = sum(1 for x in recs if x.get("wall_time_s") is not None)
+            if n:
+                rows.append(dict(preset=preset, stage=stage, runs=n, cpu_min_per_run=cpu[0],
+                                 cpu_min_fastest=cpu[1], cpu_min_slowest=cpu[2], wall_min_per_run=wall[0],
+                                 cpu_hours=cpu[3] / 60 if cpu[3] is not None else None,
+                                 wall_hours=wall[3] / 60))
+    return rows
+
+
 def arms_table(runs, arms=None, baseline=None, seeds=None) -> list[dict]:
     """One row per arm (names; default every arm): n, mean and 95% CI of val bpb, CORE, ChatCORE;
     the paired change of val bpb against `baseline` (an arm name) where given. With `seeds`, only
