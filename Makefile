@@ -1,7 +1,8 @@
 # The README's two commands, on a fresh machine:
 #   make paper [STUDY=default|smoke|gpu]   set up, run the study's pipeline, print where the paper is
 #   make test                              set up (with the browser the JupyterLab test drives), run the tests
-# and one more:
+# and two more:
+#   make report [STUDY=...]                the paper from the committed records alone (trains nothing)
 #   make reproduce RUN=<run id>            retrain one committed run and compare it with its record
 
 PYTHON ?= python3
@@ -19,7 +20,7 @@ export XSA_EVAL_BUNDLE := $(abspath ../shared/eval_bundle)
 endif
 endif
 
-.PHONY: setup browser tcmalloc test paper reproduce
+.PHONY: setup browser tcmalloc test paper report reproduce
 
 setup: $(STAMP)
 
@@ -63,3 +64,7 @@ paper: setup tcmalloc
 reproduce: setup tcmalloc
 	@test -n "$(RUN)" || { echo "usage: make reproduce RUN=<run id> (a folder of results/runs)"; exit 2; }
 	$(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)) OMP_NUM_THREADS=1 $(PY) -m xsa.reproduce --run $(RUN)
+
+# the paper stage alone: tables, figures and paper from whatever records results/ holds
+report: setup
+	$(PIPELINE) --stages paper
