@@ -240,3 +240,10 @@ def test_compute_table_adds_up_the_records():
     assert a["runs"] == 2 and a["cpu_min_per_run"] == pytest.approx(11.0) and a["cpu_hours"] == pytest.approx(22 / 60)
     assert (a["cpu_min_fastest"], a["cpu_min_slowest"]) == (10.0, 12.0) and a["wall_hours"] == pytest.approx(24 / 60)
     assert rows[("a", "CORE")]["runs"] == 1 and rows[("a", "CORE")]["cpu_min_per_run"] == pytest.approx(2.0)
+
+
+def test_diagnostic_effects_leave_out_the_projection_check(study, results):
+    """cos(z, v) = 0 under XSA is a check of the projection, not a result: no paired effect of it."""
+    built = report.build(study, results)
+    metrics = {r["metric"] for r in built["tables"]["diagnostics_effects"]}
+    assert "diag_mass" in metrics and "cos_z_v" not in metrics

@@ -24,10 +24,10 @@ from xsa.report import text  # noqa: E402 (the paper's sentences)
 from xsa.report.figures import (fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest, fig_gap,
                                 fig_intervals, fig_sweep, fig_throughput)
 from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
-from xsa.report.tables import (DIAG_KEYS, arms_table, common_seeds, compute_table, contrast_effect, core_tasks_table,
-                               diagnostics_effects_table, diagnostics_table, effect, effects_table, fmt, gpu_table,
-                               main_table, power_table, runs_table, setup_table, throughput_table, to_markdown,
-                               write_table)
+from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, arms_table, common_seeds, compute_table, contrast_effect,
+                               core_tasks_table, diagnostics_effects_table, diagnostics_table, effect, effects_table,
+                               fmt, gpu_table, main_table, power_table, runs_table, setup_table, throughput_table,
+                               to_markdown, write_table)
 
 __all__ = ["build", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
@@ -115,7 +115,7 @@ def build(study, results_dir, out_dir=None) -> dict:
         **comparison_tables(study, runs),
         "core_tasks": core_tasks_table(runs, main_arms),
         "diagnostics": diagnostics_table(runs, main_arms),
-        "diagnostics_effects": diagnostics_effects_table(runs, study.main, DIAG_KEYS),
+        "diagnostics_effects": diagnostics_effects_table(runs, study.main, DIAG_EFFECT_KEYS),
         "throughput": throughput_table(tp),
         "runs": runs_table(runs),
         "compute": compute_table(runs),
@@ -133,7 +133,7 @@ def build(study, results_dir, out_dir=None) -> dict:
         "val_bpb_arms": fig_intervals(tables["arms"], "val_bpb", "val bpb", figures_dir, "val_bpb_arms"),
         "core_tasks": fig_core_tasks(tables["core_tasks"], figures_dir, "core_tasks"),
         "diagnostics": fig_diagnostics(tables["diagnostics"], DIAG_KEYS, figures_dir, "diagnostics"),
-        "diagnostics_effects": fig_diag_effects(tables["diagnostics_effects"], DIAG_KEYS, figures_dir,
+        "diagnostics_effects": fig_diag_effects(tables["diagnostics_effects"], DIAG_EFFECT_KEYS, figures_dir,
                                                 "diagnostics_effects"),
         "throughput": fig_throughput(tables["throughput"], figures_dir, "throughput"),
     }

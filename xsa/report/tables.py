@@ -252,6 +252,9 @@ def core_tasks_table(runs, arms) -> list[dict]:
 
 
 DIAG_KEYS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
+# the paired effects leave out cos(z, v): zero by construction under XSA, it is a check of the
+# projection (validation), and "XSA minus baseline" of it would only restate the baseline's cos(y, v)
+DIAG_EFFECT_KEYS = tuple(k for k in DIAG_KEYS if k != "cos_z_v")
 
 
 def diagnostics_table(runs, arms) -> list[dict]:
