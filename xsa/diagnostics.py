@@ -330,9 +330,11 @@ def main(argv=None):
         p.error(f"--batch-size must be positive, got {args.batch_size}")
     if args.batches < 1:
         p.error(f"--batches must be positive, got {args.batches}")
-    out = Path(args.out) if args.out else run_dir / "diagnostics.json"
-    if out.is_dir():  # before the overwrite advice: --overwrite never replaces a folder
-        p.error(f"--out: {out} is a folder, not a JSON file")
+    from xsa.records import check_out
+    try:  # a folder or an unwritable place first: --overwrite never replaces a folder
+        out = check_out(Path(args.out) if args.out else run_dir / "diagnostics.json")
+    except ValueError as e:
+        p.error(f"--{e}")
     if out.exists() and not args.overwrite:
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
     try:

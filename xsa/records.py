@@ -161,3 +161,17 @@ def provenance(*, config_hash: str, seed: int | None, device: str, wall_time_s: 
     if extra:
         rec.update(extra)
     return rec
+
+
+def check_out(path) -> Path:
+    """Fail before any work if the results file cannot be written (a folder, a read-only place)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"out: {path} is a folder, not a JSON file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"out: cannot create {path.parent} ({e.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"out: {path} is not writable")
+    return path

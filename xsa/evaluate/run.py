@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from filelock import FileLock
 
 from xsa.common import autodetect_device, device_name
-from xsa.records import atomic_write_json, provenance, read_json
+from xsa.records import atomic_write_json, check_out, provenance, read_json
 
 
 def merge_json(path, update: dict) -> dict:
@@ -34,20 +33,6 @@ def _provenance(config, device, t0, c0):
     """Who scored what, and what it cost: wall time since t0, this process's CPU time since c0."""
     return provenance(config_hash=config.config_hash(), seed=config.seed, device=device_name(device),
                       wall_time_s=time.time() - t0, extra={"cpu_time_s": time.process_time() - c0})
-
-
-def check_out(path: Path) -> Path:
-    """Fail before any work if the results file cannot be written (a folder, a read-only place)."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"out: {path} is a folder, not a JSON file")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"out: cannot create {path.parent} ({e.strerror})") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"out: {path} is not writable")
-    return path
 
 
 def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out=None, device=None,
