@@ -139,6 +139,14 @@ def test_power_calculation():
     assert power(n, 0.004, 0.0066) >= 0.8 > power(n - 1, 0.004, 0.0066)
 
 
+def test_seeds_for_half_width():
+    from xsa.report.stats import seeds_for_half_width, t_critical
+    n = seeds_for_half_width(0.0046, 0.002)
+    half = lambda k: t_critical(k - 1) * 0.0046 / k ** 0.5
+    assert half(n) <= 0.002 < half(n - 1)
+    assert seeds_for_half_width(0.01, 1e-6, most=50) is None
+
+
 
 def test_verdicts():
     assert verdict(3, Interval(0.5, 1.5), "lower") == "contradicted"

@@ -110,6 +110,7 @@ class Study:
     claims: tuple[Claim, ...] = ()
     primary: str = ""  # the pre-registered primary comparison (final val bpb, XSA minus baseline)
     pilot_seeds: tuple[int, ...] = ()  # the seeds whose paired SD sized the study
+    half_width_target: float | None = None  # the precision rule's target (relative CI half-width)
     validation: dict = field(default_factory=dict)  # parameters of 00_validation
     evaluate: dict = field(default_factory=dict)  # parameters of 02_evaluate (all runs)
     core_arms: tuple[Arm, ...] | None = None  # arms whose runs get CORE (None: every run)
@@ -194,6 +195,7 @@ def _default() -> Study:
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; 64-wide models, not the seed paper's d12/d24)",
         runs=_unique(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
+        half_width_target=0.002,
         comparisons=(Contrast("depth", d4, d8), Contrast("optimizer", d4, adamw), Contrast("smear_backout", d4, plain),
                      sweep, *lr),
         claims=(

@@ -109,6 +109,14 @@ def power(n: int, sd: float, effect: float, level: float = 0.95) -> float:
     return normal_cdf(ncp - t) + normal_cdf(-ncp - t)
 
 
+def seeds_for_half_width(sd: float, half_width: float, level: float = 0.95, most: int = 1000) -> int | None:
+    """The fewest paired seeds whose t-interval is at most +/-half_width at this per-seed SD."""
+    for n in range(2, most + 1):
+        if t_critical(n - 1, level) * sd / math.sqrt(n) <= half_width:
+            return n
+    return None
+
+
 def seeds_needed(sd: float, effect: float, target: float = 0.8, level: float = 0.95, most: int = 1000) -> int | None:
     """The fewest paired seeds whose interval excludes zero with probability `target` (see power)."""
     for n in range(2, most + 1):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from xsa.records import atomic_write_text
 from xsa.report.records import by_arm, complete, finished, metric, per_seed
-from xsa.report.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_needed)
+from xsa.report.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
+                              seeds_needed)
 
 # The seed paper's numbers ("Exclusive Self-Attention Beyond AdamW: Stability and Generalization
 # under Muon Optimization"; GPU scale, nanochat on ClimbMix, one run per arm), shown beside ours as theirs.
@@ -204,10 +205,11 @@ def effects_table(runs, pairs, contrasted=None, metrics=EFFECT_METRICS) -> list[
     return rows
 
 
-def power_table(runs, pairs, pilot_seeds, claims=()) -> list[dict]:
+def power_table(runs, pairs, pilot_seeds, claims=(), half_width_target=None) -> list[dict]:
     """The sizing of the study: per main comparison, the paired SD of the final val bpb over the
-    pilot seeds, the seeds that give 80% power to exclude zero at the seed paper's effect, and what
-    the finished study achieved (n, CI half-width)."""
+    pilot seeds, the seeds that give 80% power to exclude zero at the seed paper's effect, what
+    the finished study achieved (n, CI half-width), and the seeds its spread over all seeds says a
+    relative half-width of `half_width_target` would take."""
     effects = {c.comparison: c.seed_effect for c in claims if c.metric == "val_bpb" and c.seed_effect is not None}
     rows = []
     for p in pairs:
@@ -222,7 +224,9 @@ def power_table(runs, pairs, pilot_seeds, claims=()) -> list[dict]:
                          sd=full["sd"], rel_sd=full["rel_sd"], rel_ci_half_width=half,
                          rel_ci_half_width_first8=(first8["rel_ci"].hi - first8["rel_ci"].lo) / 2
                          if first8["n"] == 8 and first8["rel_ci"].defined else None,
-                         ci_half_width=(full["ci"].hi - full["ci"].lo) / 2 if full["ci"].defined else None))
+                         ci_half_width=(full["ci"].hi - full["ci"].lo) / 2 if full["ci"].defined else None,
+                         seeds_for_target=seeds_for_half_width(full["rel_sd"], half_width_target)
+                         if half_width_target and full["rel_sd"] else None))
     return rows
 
 

@@ -102,7 +102,7 @@ def power_paragraph(study, built) -> str:
     rows = built["tables"].get("power") or []
     if not rows:
         return "_No pilot seeds declared for this study._"
-    parts = []
+    parts, target = [], study.half_width_target
     for r in rows:
         if r["pilot_rel_sd"] is None:
             parts.append(f"{r['comparison']}: the pilot has fewer than two paired seeds yet.")
@@ -115,13 +115,16 @@ def power_paragraph(study, built) -> str:
             f"{r['seeds_for_80pct_power'] or 'n/a'} paired seeds. Over all {r['n']} seeds the SD is "
             f"{100 * r['rel_sd']:.3f}%"
             + (f"; after 8 seeds the 95% interval was +/-{100 * at8:.3f}% wide (half-width)" if at8 is not None else "")
-            + (f"; with all {r['n']} it is +/-{100 * r['rel_ci_half_width']:.3f}%, "
-               f"{'within' if r['rel_ci_half_width'] <= 0.002 else 'above'} the 0.2% target." if r["rel_ci_half_width"]
-               is not None else "."))
+            + (f"; with all {r['n']} it is +/-{100 * r['rel_ci_half_width']:.3f}%" if r["rel_ci_half_width"]
+               is not None else "")
+            + (f", {'within' if r['rel_ci_half_width'] <= target else 'above'} the {100 * target:.1f}% target; at "
+               f"this spread +/-{100 * target:.1f}% takes {r['seeds_for_target'] or 'more than 1000'} paired seeds"
+               if target and r["rel_ci_half_width"] is not None else "") + ".")
+    rule = (f", and a precision rule for the primary endpoint: seeds 8-11 are added where its interval is wider "
+            f"than +/-{100 * target:.1f}% after 8 seeds" if target else "")
     return ("Seeds 0 and 1 of both presets were run first, as a pilot; the number of seeds follows from their "
             "paired spread (a two-sided 95% t-interval, normal approximation to the noncentral t for the power), "
-            "with a minimum of 8 per preset, and a precision rule for the primary endpoint: seeds 8-11 "
-            "are added where its interval is wider than +/-0.2% after 8 seeds. " + " ".join(parts))
+            f"with a minimum of 8 per preset{rule}. " + " ".join(parts))
 
 
 def contrast_sentences(study, built) -> list[str]:
