@@ -203,8 +203,10 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
     ci = mean_ci(contrast)["ci"]
     assert row["n"] == 3 and row["d"] == pytest.approx(sum(contrast) / 3)
     assert row["d_ci95"] == ci and ci.lo > 0  # the effects differ
+    own = rows[("smoke AdamW only", "val_bpb")]  # the second pair's own effect has its row too
+    assert own["n"] == 3 and own["d"] == pytest.approx(sum(b - a for a, b in zip(adamw["base"], adamw["xsa1"])) / 3)
     sentence = " ".join(report.text.contrast_sentences(study, built))
-    assert "the two effects differ" in sentence
+    assert "the two effects differ" in sentence and "no paired seeds" not in sentence
 
 
 def test_setup_alpha_figure_and_gpu_table(tmp_path):

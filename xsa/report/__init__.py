@@ -105,11 +105,12 @@ def build(study, results_dir, out_dir=None) -> dict:
     tables_dir, figures_dir = out_dir / "tables", out_dir / "figures"
     main_arms = [a.name for p in study.main for a in p.arms()]
     contrasts = [c for c in study.comparisons if isinstance(c, Contrast)]
+    pairs = [*study.main, *(c.second for c in contrasts if c.second not in study.main)]  # every Paired effect
     tables = {
         "setup": setup_table(study),
         "main": main_table(runs, study.main),
         "claims": claims_table(study, runs, tp),
-        "effects": effects_table(runs, study.main, contrasts),
+        "effects": effects_table(runs, pairs, contrasts),
         "power": power_table(runs, study.main, study.pilot_seeds, study.claims,
                              study.half_width_target) if study.pilot_seeds else [],
         "arms": arms_table(runs, baseline=None),
