@@ -195,9 +195,12 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
                 write_run(tmp_path, arm.run(s), nums[v][s])
                 runs.append(arm.run(s))
     study = Study(name="t", scale="test scale", runs=tuple(runs), main=(SMOKE,),
-                  comparisons=(Contrast("optimizer_control", pairs["muon"], pairs["adamw"]),))
+                  comparisons=(Contrast("optimizer_control", pairs["muon"], pairs["adamw"]),),
+                  core_arms=tuple(SMOKE.arms()))  # CORE on the Muon arms only
     built = report.build(study, tmp_path)
     rows = {(r["comparison"], r["metric"]): r for r in built["tables"]["effects"]}
+    assert ("smoke", "core") in rows  # the scored pair keeps its CORE rows ...
+    assert not [k for k in rows if k[0] != "smoke" and k[1].startswith("core")]  # ... the others have none
     row = rows[("(smoke AdamW only) minus (smoke Muon)", "val_bpb")]
     contrast = [(a1 - a0) - (m1 - m0) for a0, a1, m0, m1 in zip(adamw["base"], adamw["xsa1"], muon["base"], muon["xsa1"])]
     ci = mean_ci(contrast)["ci"]

@@ -118,10 +118,13 @@ class Study:
     diagnostics: dict = field(default_factory=dict)  # parameters of 03_diagnostics
     throughput: dict = field(default_factory=dict)  # parameters of 04_throughput, per preset
 
-    def evaluated(self, run: Run) -> bool:
-        """Whether the evaluate stage scores this run (CORE, and ChatCORE for chat_arms)."""
+    def scores(self, arm: Arm) -> bool:
+        """Whether the evaluate stage scores this arm's runs (CORE, and ChatCORE for chat_arms)."""
         arms = {a.name for a in (*(self.core_arms or ()), *self.chat_arms)}
-        return self.core_arms is None or run.arm.name in arms
+        return self.core_arms is None or arm.name in arms
+
+    def evaluated(self, run: Run) -> bool:
+        return self.scores(run.arm)
 
     def presets(self) -> list[str]:
         return sorted({r.preset for r in self.runs}, key=list(PRESETS).index)

@@ -110,7 +110,7 @@ def build(study, results_dir, out_dir=None) -> dict:
         "setup": setup_table(study),
         "main": main_table(runs, study.main),
         "claims": claims_table(study, runs, tp),
-        "effects": effects_table(runs, pairs, contrasts),
+        "effects": effects_table(runs, pairs, contrasts, scored=study.scores),
         "power": power_table(runs, study.main, study.pilot_seeds, study.claims,
                              study.half_width_target) if study.pilot_seeds else [],
         "arms": arms_table(runs, baseline=None),

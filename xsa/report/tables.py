@@ -194,14 +194,18 @@ def main_table(runs, pairs) -> list[dict]:
     return rows
 
 
-def effects_table(runs, pairs, contrasted=None, metrics=EFFECT_METRICS) -> list[dict]:
+def effects_table(runs, pairs, contrasted=None, metrics=EFFECT_METRICS, scored=None) -> list[dict]:
     """One row per (comparison, metric): b minus a, paired by seed, absolute and relative; with
-    `contrasted` (Contrasts) their second effect minus their first, per seed."""
+    `contrasted` (Contrasts) their second effect minus their first, per seed. `scored(arm)` says
+    whether the study runs CORE on an arm: a comparison with an unscored arm gets no CORE rows
+    (an empty row would read as "no paired seeds yet" where none are planned)."""
+    def measured(arms):
+        return [m for m in metrics if not m.startswith("core") or scored is None or all(map(scored, arms))]
     rows = [_effect_row(p.name, p.a.name, p.b.name, name, effect(runs, p.a, p.b, name))
-            for p in pairs for name in metrics]
+            for p in pairs for name in measured(p.arms())]
     for c in contrasted or ():
         rows += [_effect_row(f"({c.second.name}) minus ({c.first.name})", c.first.name, c.second.name, name,
-                             contrast_effect(runs, c, name)) for name in metrics]
+                             contrast_effect(runs, c, name)) for name in measured([*c.first.arms(), *c.second.arms()])]
     return rows
 
 
