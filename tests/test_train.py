@@ -164,6 +164,19 @@ def test_metrics_ema_and_step_convention(smoke_data, tmp_path):
     assert checkpoint.weights_sha256(model.state_dict()) == summary["final_weights_sha256"]
 
 
+def test_mfu_subtracts_each_clocks_own_pause(smoke_data, tmp_path, monkeypatch):
+    # on a loaded CPU the process gets less CPU time than wall time passes; here its clock runs at a
+    # hundredth of wall time, so subtracting the evaluation's wall-time pause from it would leave a
+    # negative interval (and no MFU) on every log step that follows an evaluation
+    import time
+
+    import xsa.train
+    monkeypatch.setattr(xsa.train, "clock", lambda device: time.perf_counter() / 100)
+    run(make_config("smoke", eval_every=10), tmp_path / "r", smoke_data)
+    train_rows = [r for r in read_jsonl(tmp_path / "r" / "metrics.jsonl") if "train_loss" in r]
+    assert train_rows and all(r["mfu"] is not None and r["mfu"] > 0 for r in train_rows)
+
+
 def test_evaluate_bpb_counts_bytes_not_specials():
     from xsa.bpb import evaluate_bpb
 

@@ -274,7 +274,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
 
     # the loop: one update per iteration; the logged loss is the only host sync of a plain step
     pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
-    first, since_log, paused = step, 0, 0.0
+    first, since_log, paused, paused_c = step, 0, 0.0, 0.0  # pauses on each clock: wall, `clock`
     t_last, c_last = time.perf_counter(), clock(device)
     while step < end:
         loss = step_fn(step, (loader.get(step, m) for m in range(grad_accum)), grad_accum)
@@ -289,7 +289,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
             loop.train_loss = loss.item()
             if not math.isfinite(loop.train_loss):
                 raise _diverged(f"train loss is {loop.train_loss}", step, out)
-            dt, dc = time.perf_counter() - t_last - paused, clock(device) - c_last - paused
+            dt, dc = time.perf_counter() - t_last - paused, clock(device) - c_last - paused_c
             tokens = since_log * cfg.total_batch_size
             if step - since_log > first:  # the first update of a process includes warm-up
                 loop.train_time_s, loop.train_clock_s = loop.train_time_s + dt, loop.train_clock_s + dc
@@ -298,8 +298,10 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                           lr_mult=step_fn.lr, tok_per_s=tokens / dt,
                           mfu=mfu(flops_per_token, tokens, dc, peak, world))
             pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
-            t_last, c_last, since_log, paused = time.perf_counter(), clock(device), 0, 0.0
-        t_pause = time.perf_counter()  # evaluation and checkpoints are not training time
+            t_last, c_last, since_log, paused, paused_c = time.perf_counter(), clock(device), 0, 0.0, 0.0
+        # evaluation and checkpoints are not training time; on CPU `clock` is CPU time, which a loaded
+        # machine gives out slower than wall time, so each clock subtracts its own pause
+        t_pause, c_pause = time.perf_counter(), clock(device)
         if step % cfg.eval_every == 0 or step == end:
             record.update(evaluate())
             loop.val_bpb = record["val_bpb"]
@@ -316,7 +318,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
             if rank == 0:
                 ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
                                          loop_state=asdict(loop), config=cfg)
-        paused += time.perf_counter() - t_pause
+        paused, paused_c = paused + time.perf_counter() - t_pause, paused_c + clock(device) - c_pause
     pbar.close()
     _add_times(loop, t_wall, t_cpu)
     return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp)
