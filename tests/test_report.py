@@ -232,11 +232,30 @@ def test_setup_alpha_figure_and_gpu_table(tmp_path):
     assert built["tables"]["alpha_sweep"][0]["n"] == 2  # the unfinished run is not counted
     assert built["tables"]["alpha_sweep"][2]["d_val_bpb_vs_base"] == pytest.approx(-0.01)
     assert built["figures"]["alpha_sweep"].exists() and (tmp_path / "figures" / "alpha_sweep.svg").exists()
+    (sentence,) = report.text.sweep_sentences(study, built)
+    assert "lowest at 1." in sentence and "1: -0.67% [" in sentence  # (1.49 - 1.50) / 1.50, paired by seed
     assert built["tables"]["gpu"] == []  # no GPU-scale records: no rows, never numbers from nowhere
     write_run(tmp_path, Run.of("d12", seed=0), 0.85)
     gpu = report.build(study, tmp_path)["tables"]["gpu"]
     assert [(r["scale"], r["arm"], r["n"], r["val_bpb"]) for r in gpu] == [("d12", "baseline", 1, 0.85)]
 
+
+def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
+    pair = xsa_pair("cpu-w64-d4")
+    sweeps = [Sweep.over(f"lr_{arm.name}", arm, "matrix_lr", (0.01, 0.04), seed_arm=arm) for arm in pair.arms()]
+    bpb = {("base", 0.01): 1.52, ("base", 0.02): 1.50, ("base", 0.04): 1.51,  # the baseline's best: the recipe's
+           ("xsa", 0.01): 1.53, ("xsa", 0.02): 1.51, ("xsa", 0.04): 1.49}  # XSA's: twice the recipe's
+    runs = []
+    for sweep, arm in zip(sweeps, ("base", "xsa")):
+        for a in sweep.all_arms():
+            write_run(tmp_path, a.run(0), bpb[(arm, a.get("matrix_lr"))])
+            runs.append(a.run(0))
+    study = Study(name="t", scale="test scale", runs=tuple(runs), main=(pair,), comparisons=tuple(sweeps))
+    built = report.build(study, tmp_path)
+    *per_sweep, summary = report.text.sweep_sentences(study, built)
+    assert len(per_sweep) == 2 and "lowest at 0.02" in per_sweep[0] and "one seed: no interval" in per_sweep[0]
+    assert "0.02 for cpu-w64-d4_base (recipe 0.02) and 0.04 for cpu-w64-d4_xsa1" in summary
+    assert "XSA moves the optimum" in summary
 
 
 def test_compute_table_adds_up_the_records():

@@ -25,15 +25,12 @@ from xsa.report.figures import (fig_core_tasks, fig_curves, fig_diag_effects, fi
                                 fig_intervals, fig_sweep, fig_throughput)
 from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
 from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, arms_table, common_seeds, compute_table, contrast_effect,
-                               core_tasks_table, diagnostics_effects_table, diagnostics_table, effect, effects_table,
+                               SWEEP_LABELS, core_tasks_table, diagnostics_effects_table, diagnostics_table, effect, effects_table,
                                fmt, gpu_table, main_table, power_table, runs_table, setup_table, throughput_table,
                                to_markdown, write_table)
 
 __all__ = ["build", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
-
-SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
-
 
 def comparison_tables(study, runs) -> dict:
     """One table per Versus/Sweep of study.comparisons, under its name (a sweep on the seeds all its
@@ -181,7 +178,7 @@ DISPLAY = {
     "throughput": ["preset", "baseline_tok_per_s", "xsa_tok_per_s", "overhead", "overhead_ci95", "clock", "threads"],
     "runs": ["run", "seed", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
 }
-PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel", "rel_sd",
+PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel", "rel_sd",
            "rel_ci_half_width", "rel_ci_half_width_first8", "overhead", "overhead_ci95"}
 
 
@@ -193,7 +190,7 @@ def _percent(value):
 
 
 # a sweep's or an ablation's table (arms_table): the arms and their paired change in val bpb
-DISPLAY_ARMS = ["arm", "n", "val_bpb", "val_bpb_ci95", "d_val_bpb_vs_base", "d_ci95"]
+DISPLAY_ARMS = ["arm", "n", "val_bpb", "val_bpb_ci95", "d_val_bpb_vs_base", "d_ci95", "rel_vs_base", "rel_ci95"]
 
 
 def show_table(built: dict, name: str, **where):

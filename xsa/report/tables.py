@@ -25,6 +25,7 @@ SEED_PAPER = {
             "xsa1": dict(val_bpb=0.7171, core=0.2606, chatcore=0.3682)},
 }
 RUN_METRICS = ("val_bpb", "core", "chatcore")
+SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
 EFFECT_METRICS = ("val_bpb", "core_bpb", "core_margin_bpb", "core", "diag_mass")
 METRIC_NAMES = {"val_bpb": "val bpb", "core": "CORE (centered accuracy)", "chatcore": "ChatCORE",
                 "core_bpb": "CORE likelihood: bits/byte of the correct continuation",
@@ -115,8 +116,9 @@ def compute_table(runs) -> list[dict]:
 
 def arms_table(runs, arms=None, baseline=None, seeds=None) -> list[dict]:
     """One row per arm (names; default every arm): n, mean and 95% CI of val bpb, CORE, ChatCORE;
-    the paired change of val bpb against `baseline` (an arm name) where given. With `seeds`, only
-    those seeds count (a sweep is reported on the seeds all its arms have)."""
+    the paired change of val bpb against `baseline` (an arm name) where given, absolute and
+    relative. With `seeds`, only those seeds count (a sweep is reported on the seeds all its arms
+    have)."""
     groups = by_arm(runs)
     rows = []
     for arm in arms or list(groups):
@@ -126,8 +128,8 @@ def arms_table(runs, arms=None, baseline=None, seeds=None) -> list[dict]:
             st = mean_ci(metric(r, name) for r in rs)
             row[name], row[f"{name}_ci95"] = st["mean"], st["ci"]
         if baseline:
-            d = paired(per_seed(runs, baseline, "val_bpb", seeds), per_seed(runs, arm, "val_bpb", seeds))
-            row["d_val_bpb_vs_base"], row["d_ci95"] = d["mean"], d["ci"]
+            e = effect(runs, baseline, arm, "val_bpb", seeds)
+            row.update(d_val_bpb_vs_base=e["mean"], d_ci95=e["ci"], rel_vs_base=e["rel_mean"], rel_ci95=e["rel_ci"])
         rows.append(row)
     return rows
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from xsa.report.stats import Interval
-from xsa.report.tables import fmt
+from xsa.report.tables import SWEEP_LABELS, fmt
 
 
 def pct(x, digits: int = 2) -> str:
@@ -141,6 +141,45 @@ def contrast_sentences(study, built) -> list[str]:
         verdict = ("the two effects differ" if ci.excludes(0.0) else "no difference between the two effects is detectable")
         out.append(f"**{c.name}.** XSA's effect on val bpb at {c.second.name}: {effect_phrase(eff)}; minus its "
                    f"effect at {c.first.name}: {effect_phrase(row)}: {verdict}.")
+    return out
+
+
+def sweep_sentences(study, built) -> list[str]:
+    """Per sweep, what its table says (val bpb at each value on the seeds all its arms share, the
+    lowest, the paired change against the reference arm); then, per preset with a learning-rate
+    check of both arms, whether XSA moves the optimum on that grid."""
+    from xsa.studies import Sweep
+    out, lowest = [], {}
+    for c in study.comparisons:
+        if not isinstance(c, Sweep):
+            continue
+        rows = {r["arm"]: r for r in built["tables"].get(c.name, [])}
+        cells = sorted(((v, rows.get(a.name)) for v, a in zip(c.values(), c.all_arms())
+                        if rows.get(a.name) and rows[a.name]["n"]), key=lambda x: x[0])
+        if not cells:
+            continue
+        n = cells[0][1]["n"]
+        low = min(cells, key=lambda x: x[1]["val_bpb"])[0]
+        lowest[c.name] = (c, low)
+        ref = c.base.get(c.field)
+        change = "; ".join(f"{v:g}: {pct(r['rel_vs_base'])}" + (f" {pct_ci(r['rel_ci95'])}" if n > 1 else "")
+                           for v, r in cells if v != ref)
+        levels = ", ".join(f"{r['val_bpb']:.4f} at {v:g}" for v, r in cells)
+        out.append(f"**{c.name}** ({SWEEP_LABELS.get(c.field, c.field)}; {n} seed{'s' if n != 1 else ''}, "
+                   f"shared by every arm): val bpb {levels}; "
+                   f"lowest at {low:g}. Change against {c.base.name} ({ref:g}): {change}"
+                   + ("." if n > 1 else " (one seed: no interval)."))
+    sd = {r["comparison"]: r["sd"] for r in built["tables"].get("power", [])}
+    for preset in dict.fromkeys(c.base.preset for c, _ in lowest.values() if c.field == "matrix_lr"):
+        arms = [(c, low) for c, low in lowest.values() if c.field == "matrix_lr" and c.base.preset == preset]
+        if len(arms) < 2:
+            continue
+        moved = len({low for _, low in arms}) > 1
+        noise = (f"; with one seed, differences below the paired seed-to-seed SD of XSA's effect here "
+                 f"({sd[preset]:.4f} bpb) are not resolved" if sd.get(preset) else "")
+        out.append(f"**Learning rate at {preset}.** The lowest val bpb on this grid is at matrix LR "
+                   + " and ".join(f"{low:g} for {c.base.name} (recipe {c.base.get(c.field):g})" for c, low in arms)
+                   + f": XSA {'moves' if moved else 'does not move'} the optimum on this grid{noise}.")
     return out
 
 
