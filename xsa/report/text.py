@@ -88,6 +88,12 @@ def abstract(study, built) -> str:
         text += (f" On the text of the 22 CORE tasks, whose accuracies sit at chance for models this small, the "
                  f"likelihood of the correct continuation changes by {pct(lik['rel'])} {pct_ci(lik['rel_ci95'])} "
                  f"(bits per byte).")
+    chk = next((c for c in lr_checks(study, built) if c["preset"] == study.comparison(study.primary).a.preset), None)
+    if chk and chk["base_best"] != chk["recipe"] and chk["base_best"] in chk["xsa_effect"]:
+        text += (f" A learning-rate check ({chk['n']} seed{'s' if chk['n'] != 1 else ''}) qualifies the primary "
+                 f"result: the baseline is better at matrix LR {chk['base_best']:g} than at the recipe's "
+                 f"{chk['recipe']:g} ({pct(chk['base_gain_at_best'])}), and there XSA changes val bpb by "
+                 f"{pct(chk['xsa_effect'][chk['base_best']]['rel_mean'])}.")
     return text
 
 
@@ -144,6 +150,34 @@ def contrast_sentences(study, built) -> list[str]:
     return out
 
 
+def lr_checks(study, built) -> list[dict]:
+    """Per preset whose baseline and XSA arms both have a learning-rate sweep (field matrix_lr): the
+    recipe's LR, each arm's lowest-val-bpb LR on the grid, the baseline's change there against the
+    recipe's, and XSA's paired relative change in val bpb at every LR of the grid."""
+    from xsa.report.tables import common_seeds, effect
+    from xsa.studies import Sweep
+    sweeps = [c for c in study.comparisons if isinstance(c, Sweep) and c.field == "matrix_lr"]
+    out = []
+    for preset in dict.fromkeys(c.base.preset for c in sweeps):
+        pair = sorted((c for c in sweeps if c.base.preset == preset), key=lambda c: c.base.get("xsa_alpha"))
+        if len(pair) != 2:
+            continue
+        base, xsa = ({a.get("matrix_lr"): a for a in c.all_arms()} for c in pair)
+        grid = sorted(base.keys() & xsa.keys())
+        seeds = common_seeds(built["runs"], [a.name for arms in (base, xsa) for a in arms.values()])
+        effects = {v: effect(built["runs"], base[v], xsa[v], "val_bpb", seeds) for v in grid}  # the check's seeds
+        effects = {v: e for v, e in effects.items() if e["n"]}
+        rows = [{r["arm"]: r for r in built["tables"].get(c.name, [])} for c in pair]
+        best = [min((r for r in t.values() if r["n"]), key=lambda r: r["val_bpb"], default=None) for t in rows]
+        if not effects or None in best:
+            continue
+        lr_of = {a.name: v for arms in (base, xsa) for v, a in arms.items()}
+        out.append(dict(preset=preset, recipe=pair[0].base.get("matrix_lr"), n=min(e["n"] for e in effects.values()),
+                        base_best=lr_of[best[0]["arm"]], xsa_best=lr_of[best[1]["arm"]],
+                        base_gain_at_best=best[0]["rel_vs_base"], xsa_effect=effects))
+    return out
+
+
 def sweep_sentences(study, built) -> list[str]:
     """Per sweep, what its table says (val bpb at each value on the seeds all its arms share, the
     lowest, the paired change against the reference arm); then, per preset with a learning-rate
@@ -170,16 +204,15 @@ def sweep_sentences(study, built) -> list[str]:
                    f"lowest at {low:g}. Change against {c.base.name} ({ref:g}): {change}"
                    + ("." if n > 1 else " (one seed: no interval)."))
     sd = {r["comparison"]: r["sd"] for r in built["tables"].get("power", [])}
-    for preset in dict.fromkeys(c.base.preset for c, _ in lowest.values() if c.field == "matrix_lr"):
-        arms = [(c, low) for c, low in lowest.values() if c.field == "matrix_lr" and c.base.preset == preset]
-        if len(arms) < 2:
-            continue
-        moved = len({low for _, low in arms}) > 1
+    for chk in lr_checks(study, built):
+        moved = chk["base_best"] != chk["xsa_best"]
         noise = (f"; with one seed, differences below the paired seed-to-seed SD of XSA's effect here "
-                 f"({sd[preset]:.4f} bpb) are not resolved" if sd.get(preset) else "")
-        out.append(f"**Learning rate at {preset}.** The lowest val bpb on this grid is at matrix LR "
-                   + " and ".join(f"{low:g} for {c.base.name} (recipe {c.base.get(c.field):g})" for c, low in arms)
-                   + f": XSA {'moves' if moved else 'does not move'} the optimum on this grid{noise}.")
+                 f"({sd[chk['preset']]:.4f} bpb) are not resolved" if sd.get(chk["preset"]) and chk["n"] == 1 else "")
+        per_lr = ", ".join(f"{v:g}: {pct(e['rel_mean'])}" for v, e in chk["xsa_effect"].items())
+        out.append(f"**Learning rate at {chk['preset']}.** The lowest val bpb on this grid is at matrix LR "
+                   f"{chk['base_best']:g} for the baseline and {chk['xsa_best']:g} for XSA (recipe {chk['recipe']:g}): "
+                   f"XSA {'moves' if moved else 'does not move'} the optimum on this grid{noise}. XSA's change in "
+                   f"val bpb at each matrix LR (n = {chk['n']}): {per_lr}.")
     return out
 
 
@@ -255,6 +288,21 @@ def discussion(study, built) -> str:
                          f"{_layers_phrase(diag)}; in the attention on the first token {_layers_phrase(first)}; in "
                          f"cos(y, v) before the projection {_layers_phrase(cos)}; in attention entropy "
                          f"{_layers_phrase(ent)} nats.")
+    for chk in lr_checks(study, built):
+        at_recipe, at_best = chk["xsa_effect"].get(chk["recipe"]), chk["xsa_effect"].get(chk["base_best"])
+        if chk["base_best"] == chk["recipe"] or at_recipe is None or at_best is None:
+            lines.append(f"- **Learning rate** ({chk['preset']}, n = {chk['n']}): the baseline's lowest val bpb on the "
+                         f"check's grid is at the recipe's matrix LR ({chk['recipe']:g}).")
+            continue
+        weaker = at_best["rel_mean"] > at_recipe["rel_mean"]
+        lines.append(f"- **Learning rate** ({chk['preset']}, n = {chk['n']}): the baseline is not at its best learning "
+                     f"rate here: at matrix LR {chk['base_best']:g} its val bpb is {pct(chk['base_gain_at_best'])} against "
+                     f"the recipe's {chk['recipe']:g}. XSA's change is {pct(at_best['rel_mean'])} at {chk['base_best']:g} "
+                     f"and {pct(at_recipe['rel_mean'])} at {chk['recipe']:g}"
+                     + (": XSA's gain is smaller where the baseline is better tuned, so part of what XSA gains at the "
+                        "recipe's learning rate may be what a better learning rate also gives; the check has too few "
+                        "seeds to settle it." if weaker else
+                        ": XSA's gain holds where the baseline is better tuned."))
     lines.append("- **Reading the diagonal mass.** Under XSA, whatever attention a token pays to itself contributes "
                  "only its own value, which the projection then removes: attending to oneself becomes a no-op, the "
                  "role an attention sink plays. This predicts more diagonal mass under XSA, not less. (A third-party "
