@@ -24,13 +24,14 @@ from xsa.report import text  # noqa: E402 (the paper's sentences)
 from xsa.report.figures import (fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest, fig_gap,
                                 fig_intervals, fig_sweep, fig_throughput)
 from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
-from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, arms_table, common_seeds, compute_table, contrast_effect,
-                               SWEEP_LABELS, core_tasks_table, diagnostics_effects_table, diagnostics_table, effect, effects_table,
-                               fmt, gpu_table, main_table, power_table, runs_table, setup_table, throughput_table,
+from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, SWEEP_LABELS, arms_table, common_seeds, compute_table,
+                               contrast_effect, core_tasks_table, diagnostics_effects_table, diagnostics_table, effect,
+                               effects_table, fmt, gpu_table, main_table, power_table, runs_table, setup_table, throughput_table,
                                to_markdown, write_table)
 
 __all__ = ["build", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
+
 
 def comparison_tables(study, runs) -> dict:
     """One table per Versus/Sweep of study.comparisons, under its name (a sweep on the seeds all its
@@ -178,8 +179,8 @@ DISPLAY = {
     "throughput": ["preset", "baseline_tok_per_s", "xsa_tok_per_s", "overhead", "overhead_ci95", "clock", "threads"],
     "runs": ["run", "seed", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
 }
-PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel", "rel_sd",
-           "rel_ci_half_width", "rel_ci_half_width_first8", "overhead", "overhead_ci95"}
+PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel",
+           "rel_sd", "rel_ci_half_width", "rel_ci_half_width_first8", "overhead", "overhead_ci95"}
 
 
 def _percent(value):

@@ -183,7 +183,7 @@ def sweep_sentences(study, built) -> list[str]:
     lowest, the paired change against the reference arm); then, per preset with a learning-rate
     check of both arms, whether XSA moves the optimum on that grid."""
     from xsa.studies import Sweep
-    out, lowest = [], {}
+    out = []
     for c in study.comparisons:
         if not isinstance(c, Sweep):
             continue
@@ -194,7 +194,6 @@ def sweep_sentences(study, built) -> list[str]:
             continue
         n = cells[0][1]["n"]
         low = min(cells, key=lambda x: x[1]["val_bpb"])[0]
-        lowest[c.name] = (c, low)
         ref = c.base.get(c.field)
         change = "; ".join(f"{v:g}: {pct(r['rel_vs_base'])}" + (f" {pct_ci(r['rel_ci95'])}" if n > 1 else "")
                            for v, r in cells if v != ref)
