@@ -57,19 +57,31 @@ def test_xsa_is_orthogonal_under_autocast():
         assert cos.abs().mean().item() < 1e-3 and cos.abs().max().item() < 2e-2
 
 
+# The smoke preset's own learning rates (nanochat's base LRs, unscaled) make its 30 steps chaotic: the
+# fp32 eager run spikes from 7.10 to 9.65 on one step, and whether a bf16 run spikes too depends on the
+# CPU's bf16 kernels, so a comparison there decides nothing about precision. At these lower rates both
+# runs fall smoothly (7.62 -> about 6.5) and land within 0.002 bpb of each other on this machine.
+STABLE = dict(matrix_lr=0.01, embedding_lr=0.1, unembedding_lr=0.004, scalar_lr=0.1)
+
+
 @pytest.mark.slow
 def test_gpu_path_trains_resumes_and_matches_fp32(smoke_data, tmp_path):
-    cfg = make_config("smoke", checkpoint_every=10, **{k: v for k, v in GPU.items() if k != "checkpoint_every"})
+    gpu = {k: v for k, v in GPU.items() if k != "checkpoint_every"}
+    cfg = make_config("smoke", checkpoint_every=10, **gpu, **STABLE)
     full = _run(cfg, tmp_path / "full", smoke_data)
     assert full["complete"] and full["steps"] == cfg.num_iterations
     losses = [r["train_loss"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl") if "train_loss" in r]
-    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    # it learns: the last five steps' mean loss well under the first five's (7.58 -> about 6.4)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
 
     # killed at update 16 (after the step-10 checkpoint), then resumed: the same final weights
     kill_during(cfg, tmp_path / "killed", smoke_data, step=16)
     resumed = _run(cfg, tmp_path / "killed", smoke_data, resume=True)
     assert resumed["final_weights_sha256"] == full["final_weights_sha256"]
 
-    # the fp32 eager run of the same config lands close (bf16 rounding, 30 steps of a toy model)
-    fp32 = _run(make_config("smoke", xsa_alpha=1.0, **QUIET), tmp_path / "fp32", smoke_data)
-    assert abs(full["val_bpb"] - fp32["val_bpb"]) < 0.05
+    # the fp32 eager run of the same config lands close: bf16 rounding over 30 smooth steps moves
+    # val bpb by about 0.002 here; 0.03 leaves room for other CPUs' bf16 kernels, and is still well
+    # under the 1.0 bpb that a diverged run (as at the preset's own rates) is off by
+    fp32 = _run(make_config("smoke", xsa_alpha=1.0, **QUIET, **STABLE), tmp_path / "fp32", smoke_data)
+    assert abs(full["val_bpb"] - fp32["val_bpb"]) < 0.03
