@@ -207,7 +207,7 @@ def test_train_job_must_leave_the_run_it_asked_for(tmp_path):
                   "c = Run.of('smoke', seed=5).config()\natomic_write_json(out_dir + '/config.json', c.to_dict())\n"
                   "atomic_write_json(out_dir + '/summary.json', {'complete': True})", params=TRAIN_PARAMS)
     out = cli("--study", "smoke", "--stages", "train", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
-    assert out.returncode == 1 and "records config hash" in out.stderr
+    assert out.returncode == 1 and "records another config" in out.stderr and "seed (recorded 5, asked 0)" in out.stderr
 
 
 def test_downstream_stages_skip_runs_not_trained_yet(tmp_path):

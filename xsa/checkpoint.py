@@ -107,7 +107,7 @@ def load_training_state(run_dir, *, model, optimizers, config: TrainConfig) -> t
     """Restore model, optimizers and RNGs in place; return (step, loop_state)."""
     path = state_path(run_dir)
     state = load_checked(path)
-    if state.get("config") != config.to_dict():
+    if TrainConfig.from_dict(state.get("config") or {}, str(path)) != config:  # by value, as config.json
         raise ConfigError(f"config: {path} was written by a different training config")
     try:
         model.load_state_dict(state["model"])
@@ -151,12 +151,12 @@ def load_model(run_dir, device=None):
     record = read_json(run_dir / "config.json")
     saved_data_dir = record.pop("data_dir", None)
     try:
-        cfg = TrainConfig.from_dict(record)
-    except (TypeError, KeyError) as e:
-        raise ValueError(f"{run_dir / 'config.json'}: not a training config ({e})") from None
+        cfg = TrainConfig.from_dict(record, str(run_dir / "config.json"))
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
     path = model_path(run_dir)
     ckpt = load_checked(path)
-    if ckpt.get("config") != cfg.to_dict():
+    if TrainConfig.from_dict(ckpt.get("config") or {}, str(path)) != cfg:
         raise ConfigError(f"config: {path} does not belong to {run_dir / 'config.json'}")
 
     data_dir = run_data_dir(saved_data_dir, cfg.data)

@@ -1,22 +1,12 @@
 """
-Every knob of the study in one place: the model config, the training config, the nanochat recipes
-and the presets, all as plain data. Nothing else in the package hard-codes a size, a learning rate,
-a schedule or a horizon.
+Every field of a run's configuration in one place: the model config (GPTConfig), the training
+config (TrainConfig), the data subsets, and the checks that name a bad value. The recipes, presets
+and make_config, which fill these fields, are data in xsa/presets.py (re-exported here).
 
-A config is built in three layers (make_config): a recipe (one nanochat commit's model, optimizer
-and base_train defaults), then a preset (shape, batch, data, horizon, and for the CPU presets their
-own learning rates and schedule), then the overrides of one run. Each piece of a recipe is a field,
-so a recipe is a set of values and an ablation is one override.
-
-Recipes (RECIPES):
-- nanochat-92d63d4: nanochat as of commit 92d63d4, the default of every preset.
-- nanochat-324e69c: nanochat as of commit 324e69c (March 2026), the seed paper's era.
-
-Presets (PRESETS):
-- smoke:         a whole train-and-eval in seconds; the tests and `make paper STUDY=smoke`.
-- cpu-*:         CPU-scale stand-ins for this 2-core machine. NOT d12/d24.
-- d12, d24:      the seed paper's two depths as it states them (768 and 1024 wide, 64-dim heads).
-- d12-nanochat, d24-nanochat: nanochat's own shapes at those depths (128-dim heads, width 64 x depth).
+The rule for every field: **a new field's default reproduces the old behaviour.** A run record
+written before a field existed reads back (xsa.spec.read_config) with the field at its default, and
+is then the same run it was; a field whose default would change what a run computes is a new
+preset or recipe value, not a new default.
 """
 
 from __future__ import annotations
@@ -312,142 +302,48 @@ class TrainConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        d = dict(d)
-        d["model"] = GPTConfig(**d["model"])
-        return cls(**d)
+    def from_dict(cls, record: dict, where: str = "config") -> "TrainConfig":
+        """The one reader of a recorded config (a run's config.json, a checkpoint's config): every
+        field the record predates takes its default, every AdamW group it predates the recipe's
+        values, so a record stays the run it was when fields are added (the rule in the module
+        docstring). Keys that are not fields (data_dir aside) are an error naming them: the record
+        comes from code that knows more than this one, and its run cannot be rebuilt here."""
+        if not isinstance(record, dict) or not isinstance(record.get("model"), dict):
+            raise ConfigError(f"{where}: not a training config (no model section)")
+        d = {k: v for k, v in record.items() if k not in RECORD_EXTRAS}
+        unknown = sorted(set(d) - _field_names(cls)) + [f"model.{k}" for k in sorted(set(d["model"]) - _field_names(GPTConfig))]
+        if unknown:
+            raise ConfigError(f"{where}: {', '.join(unknown)}: not a config field of this code")
+        recipe = RECIPES.get(d.get("recipe", DEFAULT_RECIPE), {}).get("train", {})
+        for name in GROUP_FIELDS:
+            if isinstance(d.get(name), dict):
+                d[name] = {**(recipe.get(name) or cls.__dataclass_fields__[name].default_factory()), **d[name]}
+        try:
+            return cls(**{**d, "model": GPTConfig(**d["model"])})
+        except TypeError as e:  # a field without a default is missing
+            raise ConfigError(f"{where}: not a training config ({e})") from None
 
     def config_hash(self) -> str:
-        """A short stable hash of every field: two runs with the same hash trained the same way."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """A short hash of every field: a cache of the config's identity (runs are compared by
+        value, TrainConfig.from_dict(record) == config, so a record outlives new fields)."""
+        return dict_hash(self.to_dict())
 
 
-# -----------------------------------------------------------------------------
-# Recipes: one nanochat commit each (gpt.py, optim.py, scripts/base_train.py read at that commit;
-# the README's parity table lists what matches and what differs on purpose).
-
-RECIPES: dict[str, dict] = {
-    "nanochat-92d63d4": {"model": {}, "train": {}},  # the field defaults above are this commit's
-    "nanochat-324e69c": {
-        "model": dict(rope_base=10_000.0, rotary_bf16=True, qk_scale=1.0, logit_softcap=20.0,
-                      ve_gate_channels=32, ve_gate_scale=2.0, smear=False, backout=False,
-                      init_wte_std=1.0, init_fc_scale=1.0, init_resid_lambdas=(1.0, 1.0),
-                      init_x0_lambdas=(0.1, 0.1), init_gate_max=0.0),
-        "train": dict(warmup_steps=0, warmdown_ratio=0.5, final_lr_frac=0.0,
-                      embedding_lr=0.3, unembedding_lr=0.004, matrix_lr=0.02, scalar_lr=0.5, value_embed_lr_scale=1.0,
-                      adam_betas={g: ((0.96, 0.95) if g == "x0_lambdas" else (0.8, 0.95)) for g in ADAM_GROUPS},
-                      adam_weight_decay={g: 0.0 for g in ADAM_GROUPS},
-                      weight_decay=0.2, weight_decay_schedule="linear", weight_decay_scaling=True,
-                      muon_momentum=0.95, muon_momentum_warmup_steps=300, muon_momentum_final=None,
-                      normuon_beta2=0.95, muon_eq=False, muon_plus=False, ns_scale=1.02),
-        "param_data_ratio": 10.5,
-    },
-}
-RECIPES["nanochat-92d63d4"]["param_data_ratio"] = 12.0
-DEFAULT_RECIPE = "nanochat-92d63d4"
+# keys config.json holds beside the fields; the per-group dicts that from_dict fills group by group
+RECORD_EXTRAS = ("data_dir",)
+GROUP_FIELDS = ("adam_betas", "adam_weight_decay")
 
 
-# -----------------------------------------------------------------------------
-# Presets, as data. Each fixes model shape, batch, data and horizon; the CPU presets also state
-# their own learning rates and schedule (nanochat's batch rule is tuned near a 2^19 batch; at a
-# 4,096-token batch it sets the LRs 11x lower, measured worse, so they keep nanochat's base LRs
-# unscaled), sized by measurement on a 2-core machine (see README, "Presets").
-
-def _cpu(n_layer, n_embd, n_head, seq, batch_rows, num_tokens, data="default", **train):
-    """A CPU preset: the 92d63d4 model and optimizer with nanochat's base learning rates unscaled,
-    weight decay unscaled, and its schedule at the same fractions of the run as at d12 (LR warm-up
-    1.6% of the steps, momentum warm-up 16%; nanochat's d12 has about 2,500 steps)."""
-    steps = num_tokens // (batch_rows * seq)
-    vocab = DATA_SUBSETS[data]["vocab_size"]
-    return dict(
-        model=dict(sequence_len=seq, vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=n_embd),
-        data=data, device_batch_size=batch_rows, total_batch_size=batch_rows * seq, num_tokens=num_tokens,
-        matrix_lr=0.02, embedding_lr=0.3, unembedding_lr=0.008, scalar_lr=0.5, weight_decay=0.28,
-        batch_lr_scaling=False, weight_decay_scaling=False,
-        warmup_steps=max(1, round(0.016 * steps)), muon_momentum_warmup_steps=max(1, round(0.16 * steps)),
-        **train)
+def _field_names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
 
 
-def _gpu(n_layer, n_embd, n_head, batch, device_batch):
-    """A GPU preset on ClimbMix: the recipe's optimizer and schedule as base_train runs them."""
-    return dict(
-        model=dict(sequence_len=2048, vocab_size=32768, n_layer=n_layer, n_head=n_head, n_kv_head=n_head,
-                   n_embd=n_embd),
-        data="climbmix", device_batch_size=device_batch, total_batch_size=batch,
-        eval_every=250, eval_tokens=80 * 2**19, checkpoint_every=500, log_every=10)
+def dict_hash(d: dict) -> str:
+    """The config hash of a config's JSON form, as it was written (a record's integrity check)."""
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
-PRESETS: dict[str, dict] = {
-    "smoke": _cpu(2, 64, 2, 64, 4, 30 * 4 * 64, data="smoke", eval_every=10, eval_tokens=4096, checkpoint_every=10),
-    # The CPU study's depth pair: 64 wide (one 64-dim head), 4 and 8 layers (2:1, as d12 -> d24), the
-    # same 3 x 2^19 tokens (384 steps of 4,096): 8.0 and 4.0 tokens per non-embedding parameter. A
-    # 4,096-token vocabulary keeps the head (262k parameters) from dwarfing the blocks; validation on
-    # a fixed 2^17-token stream at 8 points of training.
-    "cpu-w64-d4": _cpu(4, 64, 1, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
-                       checkpoint_every=48),
-    "cpu-w64-d8": _cpu(8, 64, 1, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
-                       checkpoint_every=48),
-    # GPU presets. The horizon is the recipe's tokens:params ratio, the batch the one base_train's
-    # auto rule picks for the shape (B = 2^19 (D / D_d12)^0.383, rounded to a power of 2: 2^19 at
-    # d12, 2^20 at both readings of d24), evaluation as base_train (80 x 2^19 tokens every 250 steps).
-    # d12, d24: the seed paper's depths as it states them (d24: 1024 wide, 16 heads of 64).
-    "d12": _gpu(12, 768, 12, 2**19, 32),
-    "d24": _gpu(24, 1024, 16, 2**20, 16),
-    # nanochat's own shapes (base_train: width 64 x depth, rounded up to 128-dim heads)
-    "d12-nanochat": _gpu(12, 768, 6, 2**19, 32),
-    "d24-nanochat": _gpu(24, 1536, 12, 2**20, 16),
-}
-
-
-def scaling_params(model: GPTConfig) -> int:
-    """nanochat's scaling parameters: the block matrices plus the lm_head (base_train's
-    get_scaling_params), counted from the shapes."""
-    d, hd, kv = model.n_embd, model.head_dim, model.n_kv_head
-    per_layer = d * (model.n_head * hd) + 2 * d * (kv * hd) + d * d + 8 * d * d  # q, k, v, proj, mlp
-    n_ve = sum(1 for i in range(model.n_layer) if i % 2 == (model.n_layer - 1) % 2)
-    return model.n_layer * per_layer + n_ve * model.ve_gate_channels * kv + d * model.vocab_size
-
-
-def make_config(preset: str, **overrides) -> TrainConfig:
-    """Build a TrainConfig: the recipe (overrides' `recipe`, else the preset's, else the default),
-    then the preset, then the overrides.
-
-    Model fields (xsa_alpha, xsa_layers, n_layer, smear, ...) and training fields (seed, optimizer,
-    num_tokens, ...) may be mixed in `overrides`; each is routed to its dataclass. None values are
-    ignored. XSA runs at the layers of xsa_layers with strength xsa_alpha; given alone, xsa_alpha
-    applies to every layer (xsa_alpha=0 alone is the zero-strength formula on every layer, a control
-    of the XSA code path, not the baseline) and xsa_layers alone means alpha 1. The baseline is
-    xsa_layers "none", the default. A preset without num_tokens trains for the recipe's
-    param_data_ratio tokens per scaling parameter, in whole batches.
-    """
-    if preset not in PRESETS:
-        raise ConfigError(f"preset: unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    spec = dict(PRESETS[preset])
-    recipe_name = overrides.pop("recipe", spec.pop("recipe", DEFAULT_RECIPE))
-    if recipe_name not in RECIPES:
-        raise ConfigError(f"recipe: unknown recipe {recipe_name!r} (choose from {', '.join(RECIPES)})")
-    recipe = RECIPES[recipe_name]
-    model = {**recipe["model"], **spec.pop("model")}
-    train = {**recipe["train"], **spec}
-    model_fields = {f.name for f in dataclasses.fields(GPTConfig)}
-    train_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "preset", "recipe"}
-    if "xsa_alpha" in overrides and "xsa_layers" not in overrides:
-        overrides["xsa_layers"] = "all"
-    if overrides.get("xsa_layers") not in (None, "none") and "xsa_alpha" not in overrides:
-        overrides["xsa_alpha"] = 1.0
-    for key, value in overrides.items():
-        if key in model_fields:
-            model[key] = value
-        elif key in train_fields:
-            train[key] = value
-        else:
-            raise ConfigError(f"{key}: not a config field")
-    gpt = GPTConfig(**model)
-    if train.get("num_tokens") is None:
-        ratio = train.get("param_data_ratio") or recipe["param_data_ratio"]
-        train["param_data_ratio"] = ratio
-        batch = train["total_batch_size"]
-        train["num_tokens"] = max(1, int(ratio * scaling_params(gpt)) // batch) * batch
-    return TrainConfig(preset=preset, model=gpt, recipe=recipe_name, **train)
+# The recipes and presets fill the fields above (xsa/presets.py); re-exported so that a config and
+# the way to build one come from one import. xsa/__init__.py imports this module first, so the
+# circular import always resolves config -> presets.
+from xsa.presets import DEFAULT_RECIPE, PRESETS, RECIPES, make_config, scaling_params  # noqa: E402,F401

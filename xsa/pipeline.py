@@ -157,15 +157,21 @@ def notebook_hash(path: Path) -> str | None:
     return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
-def recorded_config_hash(run_dir: Path) -> str | None:
-    """The config hash a run folder was trained with (provenance first, else config.json)."""
-    if (run_dir / "provenance.json").exists():
-        return read_json(run_dir / "provenance.json").get("config_hash")
-    if (run_dir / "config.json").exists():
-        from xsa.config import TrainConfig
-        cfg = {k: v for k, v in read_json(run_dir / "config.json").items() if k != "data_dir"}
-        return TrainConfig.from_dict(cfg).config_hash()
-    return None
+def recorded_config(run_dir: Path):
+    """The config a run folder was trained with, read by value (fields it predates at their
+    defaults), or None where the folder holds no run."""
+    from xsa.spec import config_from_record
+    path = run_dir / "config.json"
+    return config_from_record(read_json(path), str(path)) if path.exists() else None
+
+
+def config_changes(recorded, wanted) -> str:
+    """The fields where a recorded config differs from the one asked for, for an error message."""
+    flat = lambda c: {**{k: v for k, v in c.to_dict().items() if k != "model"},
+                      **{f"model.{k}": v for k, v in c.to_dict()["model"].items()}}
+    a, b = flat(recorded), flat(wanted)
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    return "; ".join(f"{k} (recorded {a.get(k)!r}, asked {b.get(k)!r})" for k in keys) or "none"
 
 
 def trained(run_dir: Path) -> bool:
@@ -182,7 +188,9 @@ def trained_weights(run_dir: Path) -> str | None:
 def jobs_for(stage: str, ctx: Context) -> list[Job]:
     """The jobs of one stage. Built when the stage starts, since they hash what earlier stages wrote."""
     jobs = _jobs(stage, ctx)
-    if stage != "train":  # training is keyed by its config hash alone, so run records outlive notebook edits
+    # training is keyed by its config alone, evaluate and diagnostics by the weights and their own
+    # parameters, so run records outlive notebook edits; the study-wide stages rerun when theirs change
+    if stage not in ("train", "evaluate", "diagnostics"):
         code = notebook_hash(ctx.notebooks / NOTEBOOKS[stage])
         for job in jobs:
             job.upstream["notebook"] = code
@@ -196,8 +204,7 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
     if stage == "train":
         return [Job(stage, run.run_id,
                     dict(run=run.to_dict(), out_dir=str(lay.run_dir(run)), resume=False, overwrite=False),
-                    [lay.run_dir(run) / "summary.json"], upstream={"config_hash": run.config().config_hash()},
-                    index=i)
+                    [lay.run_dir(run) / "summary.json"], index=i)
                 for i, run in enumerate(s.runs)]
     if stage in ("evaluate", "diagnostics"):
         chat = {a.name for a in s.chat_arms}
@@ -214,8 +221,9 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
             else:
                 params = dict(runs=[str(rd)], out_dir=str(lay.beside(stage, run.run_id, "figures")), **s.diagnostics)
                 out = rd / "diagnostics.json"
-            jobs.append(Job(stage, run.run_id, params, [out], index=i,
-                            upstream={"config_hash": run.config().config_hash(), "weights": trained_weights(rd)}))
+            # keyed by what the stage reads, the trained weights, and its own parameters: not by the
+            # training config's hash, which a new config field would change
+            jobs.append(Job(stage, run.run_id, params, [out], index=i, upstream={"weights": trained_weights(rd)}))
         return jobs
     if stage == "throughput":
         opts = {k: v for k, v in s.throughput.items() if k != "presets"}
@@ -231,17 +239,25 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
 # -----------------------------------------------------------------------------
 # Skipping, running, recording
 
+def train_config(job: Job):
+    """The TrainConfig a train job asks for."""
+    return Run.from_dict(job.params["run"]).config()
+
+
 def recorded_inputs(job: Job, ctx: Context) -> str | None:
-    if job.stage == "train":  # the run record itself says what it was trained with
-        return recorded_config_hash(Path(job.params["out_dir"]))
     record = ctx.record(job)
     if not record.exists():
         return None
     return json.loads(record.read_text()).get("metadata", {}).get("xsa", {}).get("inputs")
 
 
-def expected_inputs(job: Job) -> str:
-    return job.upstream["config_hash"] if job.stage == "train" else job.inputs()
+def up_to_date(job: Job, ctx: Context) -> bool:
+    """Whether the job's recorded inputs are the ones it asks for: a run folder's config compared by
+    value with the study's (TrainConfig.from_dict fills fields the record predates), any other job's
+    recorded input hash with its own."""
+    if job.stage == "train":
+        return recorded_config(Path(job.params["out_dir"])) == train_config(job)
+    return recorded_inputs(job, ctx) == job.inputs()
 
 
 def is_done(job: Job, ctx: Context) -> bool:
@@ -249,26 +265,26 @@ def is_done(job: Job, ctx: Context) -> bool:
         return False
     if job.stage == "train" and not read_json(job.outputs[0]).get("complete", False):
         return False  # stopped early (--max-steps): resumed to the full horizon, never counted as done
-    return recorded_inputs(job, ctx) == expected_inputs(job)
+    return up_to_date(job, ctx)
 
 
 def prepare_train(job: Job, ctx: Context) -> None:
     """Resume an interrupted run of the same config; refuse to replace a different one without --force."""
     run_dir = Path(job.params["out_dir"])
-    recorded = recorded_config_hash(run_dir)
+    recorded = recorded_config(run_dir)
     if recorded is None:
         return
     if ctx.force:
         job.params["overwrite"] = True
-    elif recorded == expected_inputs(job):  # a killed run, or one stopped early (complete: false)
+    elif recorded == train_config(job):  # a killed run, or one stopped early (complete: false)
         from xsa.checkpoint import state_path
         if state_path(run_dir).exists():
             job.params["resume"] = True
         else:  # killed before its first checkpoint: nothing to keep, start it again
             job.params["overwrite"] = True
     else:
-        raise StageError(f"stage train ({job.name}): {run_dir} holds a run with config hash {recorded}, "
-                         f"the study asks for {expected_inputs(job)}; rerun with --force to replace it")
+        raise StageError(f"stage train ({job.name}): {run_dir} holds a run of another config "
+                         f"({config_changes(recorded, train_config(job))}); rerun with --force to replace it")
 
 
 def check_parameters(job: Job, notebook: Path) -> None:
@@ -288,10 +304,10 @@ def check_outputs(job: Job) -> None:
     if missing:
         raise StageError(f"stage {job.stage} ({job.name}) finished without writing {', '.join(missing)}")
     if job.stage == "train":
-        got = recorded_config_hash(Path(job.params["out_dir"]))
-        if got != expected_inputs(job):
-            raise StageError(f"stage train ({job.name}): {job.params['out_dir']} records config hash {got}, "
-                             f"the study asked for {expected_inputs(job)}")
+        got = recorded_config(Path(job.params["out_dir"]))
+        if got != train_config(job):
+            raise StageError(f"stage train ({job.name}): {job.params['out_dir']} records another config than "
+                             f"the study asked for ({config_changes(got, train_config(job))})")
         if not read_json(job.outputs[0]).get("complete", False):
             raise StageError(f"stage train ({job.name}): the run stopped before its horizon (complete: false)")
 
@@ -317,7 +333,7 @@ def execute(job: Job, ctx: Context) -> Path:
                          + "\n  ".join(msg[-6:])) from None
     check_outputs(job)
     nb = nbformat.read(str(record), as_version=4)
-    nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": expected_inputs(job)}
+    nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
     atomic_write_text(record, nbformat.writes(nb))
     return record
 

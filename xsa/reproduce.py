@@ -31,14 +31,18 @@ def reproduce(run_dir: Path, out: Path, data_dir=None, progress: bool = True) ->
     import torch
 
     from xsa.checkpoint import run_data_dir
+    from xsa.config import RECORD_EXTRAS, dict_hash
     from xsa.spec import Run, config_from_record
     from xsa.train import data_fingerprint, train
 
     record = read_json(run_dir / "config.json")
     summary, prov = read_json(run_dir / "summary.json"), read_json(run_dir / "provenance.json")
-    cfg = config_from_record(record)
-    if cfg.config_hash() != prov.get("config_hash"):
-        raise ValueError(f"{run_dir}: config.json hashes to {cfg.config_hash()}, the record says {prov.get('config_hash')}")
+    # the file is the one that was trained (its hash as written), then read by value: fields it
+    # predates at their defaults, so today's code retrains the same run
+    written = dict_hash({k: v for k, v in record.items() if k not in RECORD_EXTRAS})
+    if written != prov.get("config_hash"):
+        raise ValueError(f"{run_dir}: config.json hashes to {written}, the record says {prov.get('config_hash')}")
+    cfg = config_from_record(record, str(run_dir / "config.json"))
     data = Path(data_dir) if data_dir else run_data_dir(record.get("data_dir"), cfg.data)
     from xsa.data import ensure_data
     data = ensure_data(cfg.data, data_dir=data)
@@ -56,7 +60,7 @@ def reproduce(run_dir: Path, out: Path, data_dir=None, progress: bool = True) ->
     finally:
         torch.set_num_threads(before)
     result = {
-        "run": Run.from_config(cfg).run_id, "config_hash": cfg.config_hash(), "threads": threads,
+        "run": Run.from_config(cfg).run_id, "config_hash": written, "threads": threads,
         "recorded": {"val_bpb": summary["val_bpb"], "final_weights_sha256": summary["final_weights_sha256"],
                      "cpu_model": prov.get("cpu_model"), "torch_version": prov.get("torch_version"),
                      "numpy_version": prov.get("numpy_version"), "git_commit": prov.get("git_commit")},

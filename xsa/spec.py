@@ -16,7 +16,6 @@ An Arm is a Run without its seed: what seeds are averaged over and what comparis
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,10 +154,7 @@ class Run:
         return self.run_id
 
 
-def config_from_record(record: dict) -> TrainConfig:
-    """A TrainConfig from a run folder's config.json (extra keys such as data_dir are ignored)."""
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    try:
-        return TrainConfig.from_dict({k: v for k, v in record.items() if k in fields})
-    except (TypeError, KeyError) as e:
-        raise ConfigError(f"config.json: not a training config ({e})") from None
+def config_from_record(record: dict, where: str = "config.json") -> TrainConfig:
+    """A TrainConfig from a run folder's config.json, read by value (TrainConfig.from_dict: fields
+    the record predates at their defaults; data_dir ignored)."""
+    return TrainConfig.from_dict(record, where)

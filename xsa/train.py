@@ -73,7 +73,8 @@ def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -
         if not cfg_path.exists():
             raise FileNotFoundError(f"resume: {cfg_path} not found, there is no run to resume in {out}")
         saved = read_json(cfg_path)
-        diffs = _config_diff({k: v for k, v in saved.items() if k != "data_dir"}, cfg.to_dict())
+        # by value: fields the record predates read at their defaults (TrainConfig.from_dict)
+        diffs = _config_diff(TrainConfig.from_dict(saved, str(cfg_path)).to_dict(), cfg.to_dict())
         if diffs:
             raise ConfigError(f"resume: the config differs from {cfg_path}: " + "; ".join(diffs))
         metrics = out / "metrics.jsonl"
