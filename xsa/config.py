@@ -230,6 +230,12 @@ class TrainConfig:
     # --- precision: on CUDA bf16 autocast + torch.compile always; gpu_path turns both on elsewhere,
     # so the CUDA code path runs (and is tested) on a CPU
     gpu_path: bool = False
+    # CPU precision policy: fp32 everywhere; cpu_compile adds torch.compile (inductor) to training,
+    # in-training evaluation, CORE and diagnostics. Off by default: the committed runs trained eager
+    cpu_compile: bool = False
+    # per-layer attention diagnostics in the training log at every diag_every-th evaluation (and the
+    # last); 1, the default, is every evaluation, as the committed runs logged them
+    diag_every: int = 1
     # --- evaluation and logging, in optimizer steps
     eval_every: int = 50
     eval_tokens: int = 2**20  # fixed validation token budget for bpb
@@ -247,7 +253,7 @@ class TrainConfig:
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         for name in ("device_batch_size", "total_batch_size", "num_tokens", "eval_every", "eval_tokens",
-                     "log_every", "checkpoint_every"):
+                     "log_every", "checkpoint_every", "diag_every"):
             _positive_int(name, getattr(self, name))
         _check("seed", isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63,
                "an integer in [0, 2^63)", self.seed)
@@ -262,7 +268,8 @@ class TrainConfig:
         for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "value_embed_lr_scale",
                      "smear_lr", "adamw_matrix_lr", "weight_decay", "ns_scale"):
             _number(name, getattr(self, name), 0.0, what="a number >= 0")
-        for name in ("batch_lr_scaling", "weight_decay_scaling", "muon_eq", "muon_plus", "gpu_path"):
+        for name in ("batch_lr_scaling", "weight_decay_scaling", "muon_eq", "muon_plus", "gpu_path",
+                     "cpu_compile"):
             _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
         for name in ("adam_betas", "adam_weight_decay"):
             value = getattr(self, name)

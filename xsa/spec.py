@@ -25,7 +25,10 @@ from xsa.config import ConfigError, GPTConfig, TrainConfig, make_config
 _NOT_OVERRIDES = {"preset", "model", "seed"}
 # short names of fields in run ids (others appear under their own name)
 ALIASES = {"matrix_lr": "mlr", "embedding_lr": "elr", "unembedding_lr": "ulr", "sequence_len": "seq",
-           "num_tokens": "tok", "weight_decay": "wd"}
+           "num_tokens": "tok", "weight_decay": "wd", "n_head": "h", "n_kv_head": "kvh", "n_embd": "w",
+           "diag_every": "diag"}
+# switches named by a word when on (cpu_compile: on -> "compiled")
+WORDS = {"cpu_compile": "compiled"}
 
 
 def _flat(cfg: TrainConfig) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
         if model.xsa_value != "mixed":
             label += "-" + model.xsa_value
     for key, value in sorted(rest.items()):
-        label += f"-{ALIASES.get(key, key)}{_label(value)}"
+        label += f"-{WORDS[key]}" if value is True and key in WORDS else f"-{ALIASES.get(key, key)}{_label(value)}"
     parts.append(label)
     return "_".join(parts)
 

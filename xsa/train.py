@@ -200,8 +200,9 @@ def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) ->
 
 
 def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
-    """evaluate() -> {"val_bpb", and on rank 0 "diag"}: bpb on the fixed validation stream (each
-    rank takes every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4 rows."""
+    """evaluate(diag) -> {"val_bpb", and on rank 0 where diag "diag"}: bpb on the fixed validation
+    stream (each rank takes every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
+    rows (at every cfg.diag_every-th evaluation: they cost a forward pass of their own)."""
     from xsa.data.loader import val_batches
     B, T = cfg.device_batch_size, cfg.model.sequence_len
     diag_x = None
@@ -210,11 +211,11 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
         diag_x = next(iter(val_batches(data_dir, batch_size=rows, seq_len=T, max_tokens=rows * T,
                                        device=step.device)))[0]
 
-    def evaluate() -> dict:
+    def evaluate(diag: bool = True) -> dict:
         batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=step.device)
         with step.precision.context():
             record = {"val_bpb": evaluate_bpb(step.forward, itertools.islice(batches, rank, None, world), token_bytes)}
-            if rank == 0:
+            if rank == 0 and diag:
                 record["diag"] = diagnostics_snapshot(step.model, diag_x)
         return record
     return evaluate
@@ -304,7 +305,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         # machine gives out slower than wall time, so each clock subtracts its own pause
         t_pause, c_pause = time.perf_counter(), clock(device)
         if step % cfg.eval_every == 0 or step == end:
-            record.update(evaluate())
+            record.update(evaluate(diag=(step // cfg.eval_every) % cfg.diag_every == 0 or step == end))
             loop.val_bpb = record["val_bpb"]
             if progress and rank == 0:
                 pbar.write(f"step {step}: val bpb {loop.val_bpb:.4f}")
