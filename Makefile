@@ -4,6 +4,7 @@
 # and two more:
 #   make report [STUDY=...]                the paper from the committed records alone (trains nothing)
 #   make reproduce RUN=<run id>            retrain one committed run and compare it with its record
+#   make study STUDY=robust                train an adaptive study until it declares no more runs
 
 PYTHON ?= python3
 VENV := .venv
@@ -20,7 +21,7 @@ export XSA_EVAL_BUNDLE := $(abspath ../shared/eval_bundle)
 endif
 endif
 
-.PHONY: setup browser tcmalloc test paper report reproduce
+.PHONY: setup browser tcmalloc test paper study report reproduce
 
 setup: $(STAMP)
 
@@ -53,12 +54,21 @@ WORK_ENV = $(if $(THREADS),OMP_NUM_THREADS=$(THREADS)) $(if $(TCMALLOC),LD_PRELO
 PIPELINE := $(PY) -m xsa.pipeline --study $(STUDY)
 SHARD = $(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard
 
+# the shards of one pass over the study's runs, in parallel
+SHARDS_PASS = pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
+		echo "$(SHARD) $$k/$(SHARDS)"; $(SHARD) $$k/$(SHARDS) & pids="$$pids $$!"; \
+	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
+
 paper: setup tcmalloc
 	$(PIPELINE) --stages validation data
-	@pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
-		echo "$(SHARD) $$k/$(SHARDS)"; $(SHARD) $$k/$(SHARDS) & pids="$$pids $$!"; \
-	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+	@$(SHARDS_PASS)
 	$(PIPELINE) --stages paper
+
+# an adaptive study (xsa/design.py, e.g. STUDY=robust) declares more runs as its records land:
+# passes over it until every declared run is trained (a failing pass stops it; rerun to resume)
+study: setup tcmalloc
+	$(PIPELINE) --stages validation data
+	@until $(PIPELINE) --status; do $(SHARDS_PASS) || exit 1; done
 
 # retrain one committed run from scratch (one thread, as the study) and compare val bpb and weights
 reproduce: setup tcmalloc

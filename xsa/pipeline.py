@@ -400,7 +400,7 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
     layout = Layout(Path(results).resolve(), Path(paper).resolve(), study)
-    ctx = Context(get_study(study), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(), force,
+    ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(), force,
                   parse_shard(shard))
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
@@ -434,7 +434,16 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=str(REPO_ROOT / "results"), help="results folder (default: results/)")
     p.add_argument("--paper", default=str(REPO_ROOT / "paper"), help="where the paper goes (default: paper/)")
     p.add_argument("--notebooks", default=None, help="folder of the stage notebooks (default: notebooks/)")
+    p.add_argument("--status", action="store_true",
+                   help="print how many of the study's declared runs are trained; exit 0 when all are, 3 when not "
+                        "(an adaptive study declares more runs as records land: `make study` trains until 0)")
     args = p.parse_args(argv)
+    if args.status:
+        study = get_study(args.study, Path(args.results).resolve())
+        layout = Layout(Path(args.results).resolve(), Path(args.paper).resolve(), args.study)
+        done = sum(trained(layout.run_dir(r)) for r in study.runs)
+        print(f"study {args.study}: {done} of {len(study.runs)} declared runs trained", flush=True)
+        return 0 if done == len(study.runs) else 3
     try:
         run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard)
     except (StageError, ValueError) as e:

@@ -89,6 +89,10 @@ PRESETS: dict[str, dict] = {
                        checkpoint_every=48),
     "cpu-w64-d8": _cpu(8, 64, 1, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
                        checkpoint_every=48),
+    # The heads preset: 128 wide, two heads of 64 (the seed paper's d12 head size), 4 layers, the
+    # primary preset's tokens, batch, sequence and evaluation: does XSA's effect depend on heads?
+    "cpu-w128-d4": _cpu(4, 128, 2, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
+                        checkpoint_every=48),
     # GPU presets. The horizon is the recipe's tokens:params ratio, the batch the one base_train's
     # auto rule picks for the shape (B = 2^19 (D / D_d12)^0.383, rounded to a power of 2: 2^19 at
     # d12, 2^20 at both readings of d24), evaluation as base_train (80 x 2^19 tokens every 250 steps).

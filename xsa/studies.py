@@ -16,13 +16,18 @@ Comparisons (every difference is paired by seed: both arms of a seed see the sam
 - smoke:   the whole pipeline in a few minutes at the smoke preset (tests, CI).
 - default: the CPU-scale study. Not d12/d24.
 - gpu:     the seed paper's depths d12 and d24, both arms, for a GPU server.
+- robust:  XSA at each arm's own tuned LR, with two heads, across sequence lengths and layer
+           choices, on the compiled CPU path (adaptive: xsa/design.py; pre-registered, xsa/prereg.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
 from xsa.config import PRESETS
+from xsa.design import LRRule, PrecisionRule
 from xsa.spec import Arm, Run
 
 
@@ -117,6 +122,12 @@ class Study:
     chat_arms: tuple[Arm, ...] = ()  # arms whose runs also get SFT + ChatCORE
     diagnostics: dict = field(default_factory=dict)  # parameters of 03_diagnostics
     throughput: dict = field(default_factory=dict)  # parameters of 04_throughput, per preset
+    # the pre-registration (python -m xsa.prereg): each rule as (what it decides, the rule), the
+    # secondary family and its multiplicity correction, the priorities where the budget binds
+    rules: tuple[tuple[str, str], ...] = ()
+    secondary: tuple[str, ...] = ()
+    correction: str = ""
+    priorities: str = ""
 
     def scores(self, arm: Arm) -> bool:
         """Whether the evaluate stage scores this arm's runs (CORE, and ChatCORE for chat_arms)."""
@@ -153,10 +164,6 @@ def xsa_pair(preset: str, **overrides) -> Paired:
     """Baseline against XSA (alpha 1 on every layer) at `preset`, both with `overrides`."""
     base = Arm.of(preset, **overrides)
     return Paired(preset, base, base.with_(xsa_alpha=1.0, xsa_layers="all"))
-
-
-def _half(preset) -> str:
-    return f"last:{PRESETS[preset]['model']['n_layer'] // 2}"
 
 
 def _smoke() -> Study:
@@ -234,10 +241,100 @@ def _gpu() -> Study:
     )
 
 
-STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu}
+# The robust study: XSA at each arm's own tuned learning rate, on the compiled CPU path.
+FAST = dict(cpu_compile=True)  # every run of the robust study trains compiled (fp32, inductor)
+LR_GRID = (0.02, 0.04, 0.08, 0.16)
+PICK = LRRule(LR_GRID, seeds=(0, 1, 2))  # the primary preset's LR selection
+PICK_HEADS = LRRule(LR_GRID, seeds=(0, 1))  # the heads preset's
+PRECISION = PrecisionRule(first=12, block=4, most=32, half_width=0.002, start=100)
+SECONDARY_SEEDS = range(100, 106)  # 6 pairs: sequence length, layer choice
+HEADS_SEEDS = range(100, 108)  # 8 pairs at the heads preset
+GROUP_SEEDS, GROUP_SCALES = (0, 1), (0.5, 2.0)  # the AdamW-group LR check
 
 
-def get_study(name: str) -> Study:
+def _neighbours(grid, lr) -> list[float]:
+    i = grid.index(lr)
+    return grid[max(0, i - 1):i + 2]
+
+
+def _robust(results) -> Study:
+    """Pre-registered (python -m xsa.prereg --study robust, committed before its first run):
+
+    1. Primary: final val bpb, XSA minus baseline, relative, paired by seed, at cpu-w64-d4 with each
+       arm at its own selected matrix LR (PICK on seeds 0-2, never reused), seeds from 100 under the
+       precision rule (PRECISION). Also: the AdamW-group LRs (embedding, unembedding) x0.5 and x2 at
+       the selected matrix LR and its grid neighbours, seeds 0-1, for each arm: does the optimum move?
+    2. Heads: cpu-w128-d4 (2 heads of 64), its own LR selection (PICK_HEADS), 8 pairs; the contrast
+       with the primary effect.
+    3. Sequence length at 4,096 tokens a step: T = 256 and 1024 at the primary's selected LRs, 6
+       pairs each; the slope of the effect against log2 T over T = 256, 512, 1024.
+    4. Layer choice: XSA on the last 2 of 4 layers against all layers and the baseline, 6 pairs.
+    Arms of a later step are declared once the records have decided the rule they depend on."""
+    d4, w128 = xsa_pair("cpu-w64-d4", **FAST), xsa_pair("cpu-w128-d4", **FAST)
+    runs, main, comparisons = [], [], []
+    grids = {arm.name: PICK.state(results, arm) for arm in d4.arms()}
+    for arm, label in ((d4.a, "base"), (d4.b, "xsa")):
+        runs += PICK.runs(results, arm)
+        comparisons.append(Sweep.over(f"lr_grid_{label}", arm, "matrix_lr", grids[arm.name][0], seed_arm=arm))
+    chosen = {name: lr for name, (_, lr) in grids.items()}
+    if None not in chosen.values():
+        a, b = d4.a.with_(matrix_lr=chosen[d4.a.name]), d4.b.with_(matrix_lr=chosen[d4.b.name])
+        primary = Paired("cpu-w64-d4 tuned", a, b)
+        main.append(primary)
+        runs += [x.run(s) for s in PRECISION.seeds(results, a, b) for x in primary.arms()]
+        for arm, tuned, label in ((d4.a, a, "base"), (d4.b, b, "xsa")):  # the AdamW-group check
+            for scale in GROUP_SCALES:
+                at = [tuned.with_(matrix_lr=lr, embedding_lr=arm.get("embedding_lr") * scale,
+                                  unembedding_lr=arm.get("unembedding_lr") * scale)
+                      for lr in _neighbours(grids[arm.name][0], tuned.get("matrix_lr"))]
+                runs += [x.run(s) for s in GROUP_SEEDS for x in at]
+        heads = {arm.name: PICK_HEADS.state(results, arm) for arm in w128.arms()}
+        runs += [r for arm in w128.arms() for r in PICK_HEADS.runs(results, arm)]
+        if None not in (lr for _, lr in heads.values()):
+            ha, hb = (arm.with_(matrix_lr=heads[arm.name][1]) for arm in w128.arms())
+            pair = Paired("cpu-w128-d4 tuned", ha, hb)
+            main.append(pair)
+            runs += [x.run(s) for s in HEADS_SEEDS for x in pair.arms()]
+            comparisons.append(Contrast("heads", primary, pair))
+        for seq, rows in ((256, 16), (1024, 4)):
+            pair = Paired(f"cpu-w64-d4 tuned T={seq}", *(x.with_(sequence_len=seq, device_batch_size=rows)
+                                                         for x in primary.arms()))
+            comparisons.append(pair)
+            runs += [x.run(s) for s in SECONDARY_SEEDS for x in pair.arms()]
+        last = b.with_(xsa_layers="last:2")
+        comparisons += [Paired("last half vs baseline", a, last), Paired("last half vs all layers", b, last)]
+        runs += last.runs(SECONDARY_SEEDS)
+    return Study(
+        name="robust", scale="CPU scale (2-core CPU, fp32, compiled; 64- and 128-wide models, not d12/d24)",
+        runs=_unique(runs), main=tuple(main), comparisons=tuple(comparisons), primary="cpu-w64-d4 tuned",
+        half_width_target=PRECISION.half_width, core_arms=(), diagnostics=dict(batch_size=8, batches=2),
+        rules=(("each arm's matrix LR at cpu-w64-d4", PICK.describe()),
+               ("each arm's matrix LR at cpu-w128-d4", PICK_HEADS.describe()),
+               ("the primary comparison's seeds", PRECISION.describe()),
+               ("the AdamW-group check", f"embedding and unembedding LR together x{GROUP_SCALES[0]:g} and "
+                f"x{GROUP_SCALES[1]:g}, at each arm's selected matrix LR and its grid neighbours, seeds "
+                f"{list(GROUP_SEEDS)}; the optimum moved if the lowest mean val bpb at a scale is at another "
+                "matrix LR than the selected one (descriptive: 2 seeds)"),
+               ("secondary pairs", f"seeds {SECONDARY_SEEDS.start}..{SECONDARY_SEEDS.stop - 1} (sequence length, "
+                f"layer choice), {HEADS_SEEDS.start}..{HEADS_SEEDS.stop - 1} (heads), fixed in advance")),
+        secondary=("cpu-w128-d4 tuned", "heads", "cpu-w64-d4 tuned T=256", "cpu-w64-d4 tuned T=1024",
+                   "sequence-length slope", "last half vs baseline", "last half vs all layers"),
+        correction="Holm at a family-wise 5% over the secondary family (paired t-tests of the relative "
+                   "differences; the slope by its t-statistic over seeds)",
+        priorities="primary (with the AdamW-group check) > heads > sequence length > layer choice; runs are "
+                   "declared and trained in that order, and a step not reached is reported as not run",
+    )
+
+
+STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust}
+ADAPTIVE = {"robust"}  # studies whose runs depend on the records so far (xsa/design.py)
+
+
+def get_study(name: str, results=None) -> Study:
+    """The study `name`; an adaptive one reads the records under `results` (default: results/)."""
     if name not in STUDIES:
         raise ValueError(f"study: unknown study {name!r} (choose from {', '.join(STUDIES)})")
+    if name in ADAPTIVE:
+        from xsa.records import REPO_ROOT
+        return STUDIES[name](Path(results) if results else REPO_ROOT / "results")
     return STUDIES[name]()

@@ -1,0 +1,117 @@
+"""
+The rules of an adaptive study, as code that reads run records: at which matrix learning rate each
+arm trains (the best of a grid, the grid extended while the best value sits at its end), and how
+many paired seeds a comparison gets (a precision rule with a maximum).
+
+A study (xsa/studies.py) declares the runs these rules have decided so far: while a grid is being
+trained only the grid is declared, once it is complete the selected arms follow, and the precision
+rule adds seeds in blocks as the records of the earlier blocks land. Rerunning the pipeline after
+runs finish therefore continues the study. The rules print themselves (describe) into the study's
+pre-registration (python -m xsa.prereg), which is committed before the runs they govern.
+
+Records are read from <results>/runs/<run id>/summary.json: a run counts once it trained to its
+horizon with a finite val bpb.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from xsa.records import read_json
+from xsa.spec import Arm, Run
+
+
+def final_bpb(results: Path, run: Run) -> float | None:
+    """The final val bpb of a finished run, or None (not trained yet, unfinished, not finite)."""
+    path = Path(results) / "runs" / run.run_id / "summary.json"
+    if not path.exists():
+        return None
+    s = read_json(path)
+    v = s.get("val_bpb")
+    return float(v) if s.get("complete") and isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class LRRule:
+    """Select an arm's matrix LR: train `grid` on `seeds`; the LR with the lowest mean final val bpb
+    over those seeds is selected, unless it is the grid's smallest or largest value, in which case
+    the grid is extended by `factor` on that side (at most `max_extensions` times a side) and the
+    rule applied again. The selection seeds are never used to estimate an effect."""
+    grid: tuple[float, ...]
+    seeds: tuple[int, ...]
+    factor: float = 2.0
+    max_extensions: int = 2
+
+    def _values(self, lo: int, hi: int) -> list[float]:
+        """The grid extended lo times down and hi times up."""
+        base = sorted(self.grid)
+        down = [base[0] / self.factor ** k for k in range(lo, 0, -1)]
+        up = [base[-1] * self.factor ** k for k in range(1, hi + 1)]
+        return [float(f"{v:.6g}") for v in (*down, *base, *up)]
+
+    def state(self, results: Path, arm: Arm) -> tuple[list[float], float | None]:
+        """(the grid as far as the records have extended it, the selected LR or None while pending)."""
+        lo = hi = 0
+        while True:
+            grid = self._values(lo, hi)
+            means = {}
+            for lr in grid:
+                vals = [final_bpb(results, arm.with_(matrix_lr=lr).run(s)) for s in self.seeds]
+                means[lr] = None if None in vals else sum(vals) / len(vals)
+            if None in means.values():
+                return grid, None
+            best = min(grid, key=lambda lr: means[lr])
+            if best == grid[0] and lo < self.max_extensions:
+                lo += 1
+            elif best == grid[-1] and hi < self.max_extensions:
+                hi += 1
+            else:
+                return grid, best
+
+    def runs(self, results: Path, arm: Arm) -> list[Run]:
+        grid, _ = self.state(results, arm)
+        return [arm.with_(matrix_lr=lr).run(s) for lr in grid for s in self.seeds]
+
+    def describe(self) -> str:
+        g = ", ".join(f"{v:g}" for v in sorted(self.grid))
+        return (f"matrix LR grid {{{g}}} on seeds {list(self.seeds)}; the LR with the lowest mean final val bpb "
+                f"over these seeds is selected; if it is an end of the grid, the grid is extended by x{self.factor:g} "
+                f"(or /{self.factor:g}) on that side and the rule applied again, at most {self.max_extensions} times a "
+                "side (a best value at the last extension is selected and reported as at the edge). Selection seeds "
+                "are not reused for estimation.")
+
+
+@dataclass(frozen=True)
+class PrecisionRule:
+    """Paired seeds for a comparison: `first` seeds from `start`, then blocks of `block` while the
+    95% t-interval of the relative difference (b - a) / a is wider than +/-half_width, up to `most`."""
+    first: int
+    block: int
+    most: int
+    half_width: float
+    start: int = 100
+
+    def seeds(self, results: Path, a: Arm, b: Arm) -> range:
+        n = self.first
+        while n < self.most:
+            diffs = []
+            for s in range(self.start, self.start + n):
+                x, y = final_bpb(results, a.run(s)), final_bpb(results, b.run(s))
+                if x is None or y is None:
+                    return range(self.start, self.start + n)  # this block is still training
+                diffs.append((y - x) / x)
+            from xsa.report.stats import t_critical
+            mean = sum(diffs) / n
+            sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+            if t_critical(n - 1) * sd / math.sqrt(n) <= self.half_width:
+                break
+            n = min(n + self.block, self.most)
+        return range(self.start, self.start + n)
+
+    def describe(self) -> str:
+        return (f"paired seeds {self.start}..{self.start + self.first - 1} first; while the 95% t-interval of the "
+                f"relative difference is wider than +/-{100 * self.half_width:g}%, {self.block} more seeds, at most "
+                f"{self.most} pairs (seeds {self.start}..{self.start + self.most - 1}). The estimate is reported at "
+                f"the first {self.first} seeds and at the final count.")
