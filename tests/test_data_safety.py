@@ -141,7 +141,7 @@ def test_marker_is_written_first_and_kept_out_of_the_manifest(sandbox, monkeypat
 
 def test_decontamination_downloads_the_bundle_like_evaluation(sandbox, monkeypatch):
     from xsa.data.decontam import Decontaminator
-    from xsa.evaluate import bundle as bundle_mod
+    from xsa.data import bundle as bundle_mod
     src = _write_bundle(sandbox / "upstream" / "eval_bundle")
     zpath = sandbox / "eval_bundle.zip"
     with zipfile.ZipFile(zpath, "w") as zf:

@@ -12,7 +12,7 @@ import torch
 
 from xsa.config import GPTConfig
 from xsa.evaluate import core
-from xsa.evaluate.bundle import BundleError, load_bundle, read_task_file
+from xsa.data.bundle import BundleError, load_bundle, read_task_file
 from xsa.model import GPT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -355,7 +355,7 @@ def _zip_bundle(tmp_path) -> Path:
 
 
 def test_download_unpacks_once_and_checks_the_checksum(tmp_path, monkeypatch):
-    from xsa.evaluate.bundle import download_bundle
+    from xsa.data.bundle import download_bundle
     from xsa.records import sha256_file
     zpath = _zip_bundle(tmp_path)
     monkeypatch.setenv("XSA_EVAL_BUNDLE_SHA256", "0" * 64)
@@ -369,7 +369,7 @@ def test_download_unpacks_once_and_checks_the_checksum(tmp_path, monkeypatch):
 
 
 def test_a_failed_bundle_download_is_a_bundle_error_that_says_what_to_do(tmp_path, monkeypatch):
-    from xsa.evaluate.bundle import download_bundle
+    from xsa.data.bundle import download_bundle
     monkeypatch.setattr("time.sleep", lambda s: None)
     with pytest.raises(BundleError, match="XSA_EVAL_BUNDLE"):  # the CLI prints it as one line, exit 2
         download_bundle(tmp_path / "cache" / "eval_bundle", url=(tmp_path / "nowhere.zip").as_uri(), retries=2)
@@ -377,7 +377,7 @@ def test_a_failed_bundle_download_is_a_bundle_error_that_says_what_to_do(tmp_pat
 
 
 def test_bundle_resolution_order(tmp_path, monkeypatch):
-    from xsa.evaluate.bundle import resolve_bundle
+    from xsa.data.bundle import resolve_bundle
     a = write_bundle(tmp_path / "a", synthetic_tasks(2))
     b = write_bundle(tmp_path / "b", synthetic_tasks(2))
     monkeypatch.setenv("XSA_EVAL_BUNDLE", str(b))

@@ -92,7 +92,7 @@ def _build_plan(args) -> tuple[str, Path, float | None]:
     """(subset, data dir, tokens) of a build, every argument checked; raises _Refused."""
     from xsa.data import climbmix
     from xsa.data.build import DataDirError, check_data_dir
-    from xsa.evaluate.bundle import BUNDLE_ENV, BundleError, resolve_bundle
+    from xsa.data.bundle import BUNDLE_ENV, BundleError, resolve_bundle
 
     subset, tokens = args.subset, args.tokens
     if args.preset:
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     if args.command == "build":
         from xsa.data.build import DataDirError, build
         from xsa.data.sources import ARCHIVE_DIR_ENV, DataError
-        from xsa.evaluate.bundle import BundleError
+        from xsa.data.bundle import BundleError
         try:
             subset, path, tokens = _build_plan(args)
         except _Refused as e:

@@ -4,7 +4,7 @@ Words are lowercased runs of letters/digits (punctuation and case are ignored). 
 window of every evaluation item is hashed to 64 bits (an item of 8-12 words counts as one window of
 its own length); a document (or a sentence, for sentence-level sources) is dropped if any of its
 windows hits. Hashing is vectorised in numpy: no Python work per word. The bundle is found as
-evaluation finds it (xsa.evaluate.bundle.resolve_bundle): an explicit path, else $XSA_EVAL_BUNDLE,
+evaluation finds it (xsa.data.bundle.resolve_bundle): an explicit path, else $XSA_EVAL_BUNDLE,
 else the copy downloaded once into cache_dir()/eval_bundle.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from xsa.common import cache_dir
-from xsa.evaluate.bundle import BUNDLE_ENV, resolve_bundle
+from xsa.data.bundle import BUNDLE_ENV, resolve_bundle
 
 NGRAM = 13
 MIN_NGRAM = 8  # shorter items are too generic to match on their own

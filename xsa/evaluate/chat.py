@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from xsa.evaluate.bundle import read_task_file
+from xsa.data.bundle import read_task_file
 from xsa.evaluate.core import Row, model_scorer, score_rows, subsample
 from xsa.evaluate.sandbox import run_program  # HumanEval's programs run in the sandbox
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from xsa.evaluate.bundle import Bundle, BundleError, TaskSpec, read_task_file
+from xsa.data.bundle import Bundle, BundleError, TaskSpec, read_task_file
 
 # scorer(ids (B, T), cols (B, K), targets (B, K)) -> (losses (B, K), preds (B, K)):
 # losses[b, k] = -log p(targets[b, k] | ids[b, :cols[b, k] + 1]); preds[b, k] = argmax there.

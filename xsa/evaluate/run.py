@@ -43,7 +43,7 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     per-item values go beside it, to core_items.json, so that arms can be paired item by item.
     Scored in the precision policy of training (bf16 autocast on CUDA, fp32 elsewhere).
     """
-    from xsa.evaluate.bundle import load_bundle, resolve_bundle
+    from xsa.data.bundle import load_bundle, resolve_bundle
     from xsa.evaluate.core import check_max_per_task, evaluate_core, model_scorer
     from xsa.step import Precision
 
@@ -76,7 +76,7 @@ def evaluate_run_chat(run_dir, bundle=None, max_per_task: int | None = None, out
     The SFT update is sft_batch_rows packed rows (default: the run's device_batch_size) in
     micro-batches of at most sft_micro_batch_tokens tokens (default: one pre-training micro-batch).
     Every argument is checked (a ValueError naming it) before the model is loaded."""
-    from xsa.evaluate.bundle import resolve_bundle
+    from xsa.data.bundle import resolve_bundle
     from xsa.evaluate.chat import evaluate_chatcore
     from xsa.evaluate.core import check_max_per_task
     from xsa.evaluate.sft import check_args, ensure_sft

@@ -1,5 +1,7 @@
 """
-The CORE eval bundle: where it lives, and reading it.
+The CORE eval bundle: where it lives, and reading it. It sits in data/ because the data build
+needs it before any evaluation does: the training corpus is decontaminated against its items
+(xsa/data/decontam.py), and the evaluation stages (xsa/evaluate/) read it from here.
 
 Layout (nanochat's eval_bundle.zip): core.yaml (the task list), eval_meta_data.csv (random
 baselines in percent), eval_data/<category>/<task>.jsonl. resolve_bundle is the one lookup, for
