@@ -105,3 +105,39 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
     with torch.no_grad():  # and the variant really is what the model runs
         m = model.GPT(run.config().model)
         assert m.blocks[0].attn.xsa_variant == "damp"
+
+
+def test_a_learnable_xsa_gate_is_a_config_field_a_parameter_and_an_adamw_group(smoke_data, tmp_path):
+    """A variant with a learnable parameter: config.GPTConfig.xsa_gate (and its AdamW group in
+    config.ADAM_GROUPS with betas and decay), the parameter in model.CausalSelfAttention (a strength
+    per head, initialised at alpha), its group in GPT.param_groups and its rate in optim.build_optimizers.
+    The committed records predate all of it and stay the runs they were (tests/test_records_by_value.py)."""
+    import torch
+
+    from xsa import model
+    from xsa.optim import build_optimizers
+    from xsa.train import train
+
+    run = Run.of("smoke", xsa_alpha=0.5, xsa_gate=True)
+    assert run.run_id == "smoke_xsa0.5-gate_s0" and Run.from_config(run.config()) == run
+    with pytest.raises(ConfigError, match="xsa_gate"):
+        make_config("smoke", xsa_gate=True)  # no XSA layer to gate
+    torch.manual_seed(0)
+    gated = model.GPT(run.config().model)
+    gated.init_weights()
+    torch.manual_seed(0)
+    fixed = model.GPT(make_config("smoke", xsa_alpha=0.5).model)
+    fixed.init_weights()
+    gates = [b.attn.xsa_gate for b in gated.blocks]
+    assert all(g.shape == (2,) and torch.equal(g, torch.full((2,), 0.5)) for g in gates)
+    fixed.load_state_dict({k: v for k, v in gated.state_dict().items() if "xsa_gate" not in k})
+    x = torch.randint(0, 2048, (2, 32))
+    with torch.no_grad():  # at its initial value the gate is the fixed alpha (another op order: 1e-6)
+        assert torch.allclose(gated(x), fixed(x), rtol=0, atol=1e-5)
+    adamw = build_optimizers(gated, run.config())[0]
+    group = next(g for g in adamw.param_groups if g["name"] == "xsa_gate")
+    assert group["params"] == gates and group["betas"] == (0.8, 0.95)
+    train(run.config(), tmp_path / run.run_id, data_dir=smoke_data, max_steps=3, progress=False)
+    from xsa.checkpoint import load_model
+    trained, _, _ = load_model(tmp_path / run.run_id)
+    assert not torch.equal(trained.blocks[0].attn.xsa_gate.detach(), torch.full((2,), 0.5))  # it learns

@@ -72,6 +72,7 @@ class GPTConfig:
     xsa_layers: str = "none"
     xsa_value: str = "mixed"  # mixed: the v attention aggregates (value embedding included); plain: c_v(x)
     xsa_variant: str = "xsa"  # which transform of XSA_VARIANTS runs at those layers
+    xsa_gate: bool = False  # learn alpha per head and layer (initialised at xsa_alpha; AdamW group xsa_gate)
     # --- the recipe's architecture (defaults: nanochat 92d63d4)
     rope_base: float = 100_000.0
     rotary_bf16: bool = False  # round the rotary tables to bf16 (324e69c kept them in bf16)
@@ -105,7 +106,7 @@ class GPTConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
         _number("init_gate_max", self.init_gate_max, 0.0)
-        for name in ("smear", "backout", "rotary_bf16"):
+        for name in ("smear", "backout", "rotary_bf16", "xsa_gate"):
             _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
         for name in ("init_resid_lambdas", "init_x0_lambdas"):
             value = getattr(self, name)
@@ -125,7 +126,8 @@ class GPTConfig:
             spec = ",".join(str(i) for i in sorted({int(i) for i in spec.split(",")}))
         object.__setattr__(self, "xsa_layers", spec)
         if not self.xsa_layer_set():
-            for name, default in (("xsa_alpha", 0.0), ("xsa_value", "mixed"), ("xsa_variant", "xsa")):
+            for name, default in (("xsa_alpha", 0.0), ("xsa_value", "mixed"), ("xsa_variant", "xsa"),
+                                  ("xsa_gate", False)):
                 if getattr(self, name) != default:
                     raise ConfigError(f"{name} is {getattr(self, name)!r} but xsa_layers is {self.xsa_layers!r}: "
                                       "no layer would use it (set xsa_layers, e.g. all)")
@@ -178,7 +180,7 @@ OPTIMIZERS = ("muon", "adamw")
 NS_SCHEDULES = ("polar_express", "quintic")
 WD_SCHEDULES = ("cosine", "linear")
 # the AdamW parameter groups of a GPT (xsa.model.GPT.param_groups), each with its betas and weight decay
-ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear")
+ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear", "xsa_gate")
 
 
 @dataclass(frozen=True)
@@ -210,10 +212,10 @@ class TrainConfig:
     # --- AdamW: betas and decoupled weight decay per group (ADAM_GROUPS), eps 1e-10
     adam_betas: dict = field(default_factory=lambda: {
         "lm_head": (0.8, 0.96), "embedding": (0.8, 0.995), "value_embeds": (0.8, 0.995),
-        "resid_lambdas": (0.8, 0.95), "x0_lambdas": (0.96, 0.95), "smear": (0.8, 0.95)})
+        "resid_lambdas": (0.8, 0.95), "x0_lambdas": (0.96, 0.95), "smear": (0.8, 0.95), "xsa_gate": (0.8, 0.95)})
     adam_weight_decay: dict = field(default_factory=lambda: {
         "lm_head": 0.01, "embedding": 0.001, "value_embeds": 0.01, "resid_lambdas": 0.05,
-        "x0_lambdas": 0.0, "smear": 0.0})
+        "x0_lambdas": 0.0, "smear": 0.0, "xsa_gate": 0.0})
     # --- Muon
     weight_decay: float = 0.28  # cautious weight decay of the Muon matrices (and AdamW-only matrices)
     weight_decay_schedule: str = "cosine"  # cosine or linear decay to 0 over training

@@ -49,11 +49,12 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
     return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1)
 
 
-def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha: float, eps: float = XSA_EPS) -> torch.Tensor:
+def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha, eps: float = XSA_EPS) -> torch.Tensor:
     """Exclusive self-attention: remove from y its component along the token's own value v.
 
     y: (B, T, H, D) attention output per query head.
     v: (B, T, Hkv, D) the value of the same token per KV head; H must be a multiple of Hkv.
+    alpha: a number, or a tensor (H,) of per-head strengths (the learnable gate, config.xsa_gate).
     Under grouped-query attention each query head uses its KV head's value: the group dimension is
     split off y as a view and v is broadcast over it, so nothing is copied or repeated. Any strides
     work (the model passes transposed views of the attention layout).
@@ -70,8 +71,10 @@ def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha: float, eps: float = XSA
         yf, vf = yg.float(), vg.float()  # no copies in fp32
         dot = torch.linalg.vecdot(yf, vf).unsqueeze(-1)  # (B, T, Hkv, G, 1)
         sq = torch.linalg.vecdot(vf, vf).unsqueeze(-1)  # (B, T, Hkv, 1, 1)
-        # z = y - alpha * coef * v, as one fused multiply-add
-        z = torch.addcmul(yf, dot / (sq + eps), vf, value=-alpha)
+        if isinstance(alpha, torch.Tensor):  # a learned gate per query head, (H,) -> (Hkv, G, 1)
+            z = yf - (alpha.float().view(Hkv, H // Hkv, 1) * (dot / (sq + eps))) * vf
+        else:  # z = y - alpha * coef * v, as one fused multiply-add
+            z = torch.addcmul(yf, dot / (sq + eps), vf, value=-alpha)
     return z.to(y.dtype).flatten(2, 3)
 
 
@@ -124,6 +127,9 @@ class CausalSelfAttention(nn.Module):
         self.xsa_alpha = float(config.xsa_alpha) if layer_idx in config.xsa_layer_set() else None
         self.xsa_variant = config.xsa_variant
         self.xsa_plain = config.xsa_value == "plain"
+        # a learnable strength per head, initialised at alpha (AdamW group "xsa_gate"; init_weights)
+        self.xsa_gate = (nn.Parameter(torch.full((self.n_head,), self.xsa_alpha))
+                         if config.xsa_gate and self.xsa_alpha is not None else None)
         # Diagnostics: set to a dict to receive this layer's q, k, v, y, z on the next forward
         self.capture: dict | None = None
 
@@ -159,7 +165,8 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous()
         # XSA projects against the token's own value: the new tokens' v, also when decoding
         v_self = v_plain if self.xsa_plain else v
-        z = y if self.xsa_alpha is None else XSA_VARIANTS[self.xsa_variant](y, v_self, self.xsa_alpha)
+        alpha = self.xsa_alpha if self.xsa_gate is None else self.xsa_gate
+        z = y if self.xsa_alpha is None else XSA_VARIANTS[self.xsa_variant](y, v_self, alpha)
         if self.capture is not None:
             self.capture.update(q=q.detach(), k=k.detach(), y=y.detach(), z=z.detach(),
                                 v=v_self.detach().transpose(1, 2))
@@ -253,6 +260,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             if block.attn.ve_gate is not None:
                 nn.init.uniform_(block.attn.ve_gate.weight, 0.0, c.init_gate_max)
+            if block.attn.xsa_gate is not None:
+                nn.init.constant_(block.attn.xsa_gate, block.attn.xsa_alpha)
         cos, sin = self._rotary_tables(self.cos.device)
         self.cos.copy_(cos)
         self.sin.copy_(sin)
@@ -262,13 +271,14 @@ class GPT(nn.Module):
         gates included, as nanochat), AdamW the rest (see xsa/optim.py)."""
         smear = [getattr(self, n) for n in ("smear_gate", "smear_lambda", "backout_lambda") if hasattr(self, n)]
         groups = {
-            "matrix": [p for p in self.blocks.parameters()],
+            "matrix": [p for p in self.blocks.parameters() if p.ndim == 2],
             "embedding": [self.wte.weight],
             "value_embeds": list(self.value_embeds.parameters()),
             "lm_head": [self.lm_head.weight],
             "resid_lambdas": [self.resid_lambdas],
             "x0_lambdas": [self.x0_lambdas],
             "smear": [p.weight if isinstance(p, nn.Linear) else p for p in smear],
+            "xsa_gate": [b.attn.xsa_gate for b in self.blocks if b.attn.xsa_gate is not None],
         }
         assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
         return groups

@@ -65,7 +65,7 @@ def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
     parts = [preset]
     if "optimizer" in rest:
         parts.append(str(rest.pop("optimizer")))
-    for key in ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant"):
+    for key in ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate"):
         rest.pop(key, None)
     if not model.xsa_layer_set():
         label = "base"
@@ -75,6 +75,8 @@ def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
             label += "-" + _label(model.xsa_layers)
         if model.xsa_value != "mixed":
             label += "-" + model.xsa_value
+        if model.xsa_gate:
+            label += "-gate"
     for key, value in sorted(rest.items()):
         label += f"-{WORDS[key]}" if value is True and key in WORDS else f"-{ALIASES.get(key, key)}{_label(value)}"
     parts.append(label)
