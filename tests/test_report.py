@@ -260,19 +260,27 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     assert len(per_sweep) == 2 and "lowest at 0.02" in per_sweep[0] and "one seed: no interval" in per_sweep[0]
     assert "0.02 for the baseline and 0.04 for XSA (recipe 0.02)" in summary and "XSA moves the optimum" in summary
     assert "0.01: +0.66%, 0.02: +0.67%, 0.04: -1.32%" in summary  # XSA minus baseline at each LR, same seed
-    assert "at the recipe's matrix LR (0.02)" in report.text.discussion(study, built)
-    # a baseline better at 0.04, where XSA's gain turns into a loss: the discussion says so
+    refs = report.text.Refs(study, built)
+    assert "lowest val bpb on the grid is at matrix LR 0.02" in report.text.results_lr(study, built, refs)
+    assert "**Tuning.**" not in report.text.discussion(study, built)  # the baseline is at its best already
+    # a baseline better at 0.04, where XSA's gain turns into a loss: the results and the abstract say so
     bpb.update({("base", 0.04): 1.48, ("xsa", 0.02): 1.49, ("xsa", 0.04): 1.485})
     for sweep, arm in zip(sweeps, ("base", "xsa")):
         for a in sweep.all_arms():
             write_run(tmp_path / "tuned", a.run(0), bpb[(arm, a.get("matrix_lr"))])
     for a, v in zip(pair.arms(), (1.50, 1.51)):
         write_run(tmp_path / "tuned", a.run(1), v)
-    text = report.text.discussion(study, report.build(study, tmp_path / "tuned"))
-    assert "the baseline is not at its best learning rate here: at matrix LR 0.04 its val bpb is -1.33%" in text
-    assert "XSA's change is +0.34% at 0.04 and -0.67% at 0.02: XSA's gain is smaller where" in text
-    assert "better at matrix LR 0.04 than at the recipe's 0.02 (-1.33%), and there XSA changes val bpb by +0.34%" in \
-        report.text.abstract(study, report.build(study, tmp_path / "tuned"))
+    tuned = report.build(study, tmp_path / "tuned")
+    text = report.text.results_lr(study, tuned, report.text.Refs(study, tuned))
+    assert "at matrix LR 0.04 (the top of the grid, so its optimum may lie beyond it), -1.33% against" in text
+    assert "XSA's change is -0.67% at 0.02 and +0.34% at 0.04: its gain does not survive tuning the baseline" in text
+    assert ("where the baseline does best (the top of the grid), 0.04, XSA's change is +0.34% (1 seed), a reversal"
+            in report.text.abstract(study, tuned))
+    assert "**Tuning.**" in report.text.discussion(study, tuned)
+    # the learning-rate figure: one panel per preset, n = 1 points (no interval)
+    assert tuned["figures"]["lr"] is not None
+    pts = report.lr_points(study, tuned["runs"])["cpu-w64-d4"]
+    assert sorted(p[0] for p in pts["XSA"]) == [0.01, 0.02, 0.04] and all(p[3] == 1 for p in pts["baseline"])
 
 
 def test_compute_table_adds_up_the_records():
