@@ -260,19 +260,27 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     assert len(per_sweep) == 2 and "lowest at 0.02" in per_sweep[0] and "one seed: no interval" in per_sweep[0]
     assert "0.02 for the baseline and 0.04 for XSA (recipe 0.02)" in summary and "XSA moves the optimum" in summary
     assert "0.01: +0.66%, 0.02: +0.67%, 0.04: -1.32%" in summary  # XSA minus baseline at each LR, same seed
-    assert "at the recipe's matrix LR (0.02)" in report.text.discussion(study, built)
-    # a baseline better at 0.04, where XSA's gain turns into a loss: the discussion says so
+    refs = report.text.Refs(study, built)
+    assert "lowest val bpb on the grid is at matrix LR 0.02" in report.text.results_lr(study, built, refs)
+    assert "**Tuning.**" not in report.text.discussion(study, built)  # the baseline is at its best already
+    # a baseline better at 0.04, where XSA's gain turns into a loss: the results and the abstract say so
     bpb.update({("base", 0.04): 1.48, ("xsa", 0.02): 1.49, ("xsa", 0.04): 1.485})
     for sweep, arm in zip(sweeps, ("base", "xsa")):
         for a in sweep.all_arms():
             write_run(tmp_path / "tuned", a.run(0), bpb[(arm, a.get("matrix_lr"))])
     for a, v in zip(pair.arms(), (1.50, 1.51)):
         write_run(tmp_path / "tuned", a.run(1), v)
-    text = report.text.discussion(study, report.build(study, tmp_path / "tuned"))
-    assert "the baseline is not at its best learning rate here: at matrix LR 0.04 its val bpb is -1.33%" in text
-    assert "XSA's change is +0.34% at 0.04 and -0.67% at 0.02: XSA's gain is smaller where" in text
-    assert "better at matrix LR 0.04 than at the recipe's 0.02 (-1.33%), and there XSA changes val bpb by +0.34%" in \
-        report.text.abstract(study, report.build(study, tmp_path / "tuned"))
+    tuned = report.build(study, tmp_path / "tuned")
+    text = report.text.results_lr(study, tuned, report.text.Refs(study, tuned))
+    assert "at matrix LR 0.04 (the top of the grid, so its optimum may lie beyond it), -1.33% against" in text
+    assert "XSA's change is -0.67% at 0.02 and +0.34% at 0.04: its gain does not survive tuning the baseline" in text
+    assert ("where the baseline does best (the top of the grid), 0.04, XSA's change is +0.34% (1 seed), a reversal"
+            in report.text.abstract(study, tuned))
+    assert "**Tuning.**" in report.text.discussion(study, tuned)
+    # the learning-rate figure: one panel per preset, n = 1 points (no interval)
+    assert tuned["figures"]["lr"] is not None
+    pts = report.lr_points(study, tuned["runs"])["cpu-w64-d4"]
+    assert sorted(p[0] for p in pts["XSA"]) == [0.01, 0.02, 0.04] and all(p[3] == 1 for p in pts["baseline"])
 
 
 def test_compute_table_adds_up_the_records():
@@ -296,3 +304,99 @@ def test_diagnostic_effects_leave_out_the_projection_check(study, results):
     built = report.build(study, results)
     metrics = {r["metric"] for r in built["tables"]["diagnostics_effects"]}
     assert "diag_mass" in metrics and "cos_z_v" not in metrics
+
+
+def test_markdown_cells_escape_the_pipe():
+    md = report.to_markdown([{"check": "|a - b| < 1e-6", "ok": True}])
+    assert md.splitlines()[2] == "| \\|a - b\\| < 1e-6 | True |"
+
+
+def test_executed_notebooks_and_pdf_are_stable(tmp_path):
+    import datetime
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from xsa.paper import date_pdf, stable_notebook
+    cell = new_code_cell(f'results_dir = "{tmp_path}/results"', id="0123abcd")
+    cell.metadata.update(tags=["injected-parameters"], execution={"iopub.status.idle": "2026-12-01T20:41:02Z"},
+                         papermill={"duration": 0.1, "start_time": "x", "end_time": "y", "status": "completed"})
+    nb = new_notebook(cells=[cell], metadata={"papermill": {"input_path": f"{tmp_path}/notebooks/a.ipynb",
+                                                             "start_time": "x", "duration": 2.0}})
+    text = stable_notebook(nb, tmp_path)
+    assert str(tmp_path) not in text and "2026-12-01" not in text and "duration" not in text
+    back = nbformat.reads(text, as_version=4)
+    assert back.cells[0].id == "injected-parameters" and back.cells[0].source == 'results_dir = "results"'
+    assert back.metadata.papermill.input_path == "notebooks/a.ipynb"
+    pdf = b"%PDF-1.4\n<</CreationDate (D:20261201234956+00'00')\n/ModDate (D:20261201234956+00'00')>>"
+    when = datetime.datetime(2026, 12, 1, 9, 40, 3, tzinfo=datetime.timezone.utc)
+    out = date_pdf(pdf, when)
+    assert len(out) == len(pdf) and out.count(b"D:20261201094003+00'00'") == 2
+
+
+def test_reproduce_judges_a_rerun_against_the_seed_spread(tmp_path):
+    from xsa.reproduce import seed_sd, verdict
+    for seed, v in enumerate((2.00, 2.01, 2.02)):
+        atomic_write_json(tmp_path / f"p_base_s{seed}" / "summary.json", {"val_bpb": v, "complete": True})
+    atomic_write_json(tmp_path / "p_base-x_s0" / "summary.json", {"val_bpb": 9.0})  # another arm: not counted
+    sd, n = seed_sd(tmp_path / "p_base_s0")
+    assert n == 3 and sd == pytest.approx(0.01)
+    base = dict(seed_sd=sd, seed_sd_runs=n, weights_match=False, val_bpb_match=False, machine_differs=["CPU a here b"],
+                recorded={"cpu_model": "AMD EPYC"})
+    assert verdict({**base, "val_bpb_abs_diff": 0.0, "weights_match": True, "val_bpb_match": True,
+                    "machine_match": True})[1] == 0
+    text, code = verdict({**base, "val_bpb_abs_diff": 0.002, "machine_match": False})
+    assert code == 0 and "0.20 seed-to-seed SDs" in text and "within the seed-to-seed spread" in text
+    assert verdict({**base, "val_bpb_abs_diff": 0.02, "machine_match": False})[1] == 1
+    assert verdict({**base, "val_bpb_abs_diff": 0.002, "machine_match": True})[1] == 1  # same machine: must be exact
+
+
+def test_cpu_identity_tells_machines_apart():
+    from xsa.records import cpu_identity, cpu_key
+    ident = cpu_identity()
+    assert set(ident) == {"vendor", "family", "model", "stepping", "flags", "torch_capability"}
+    other = {**ident, "stepping": "99"}
+    assert cpu_key({"cpu_identity": ident}) != cpu_key({"cpu_identity": other})
+    assert cpu_key({"cpu_model": "AMD EPYC"}) is None  # a model name alone cannot tell machines apart
+
+
+def test_machine_warning_when_the_arms_of_a_seed_differ(results, study):
+    built = report.build(study, results)
+    assert report.text.machine_warnings(study, built) == []
+    run = next(r for r in study.runs if xsa_on(r))
+    atomic_write_json(results / "runs" / run.run_id / "provenance.json",
+                      {"config_hash": run.config().config_hash(), "git_commit": "abc", "seed": run.seed,
+                       "cpu_identity": {"vendor": "GenuineIntel", "family": "6", "model": "143", "stepping": "8",
+                                        "torch_capability": "AVX512"}})
+    warnings = report.text.machine_warnings(study, report.build(study, results))
+    assert len(warnings) == 1 and f"seed {run.seed}" in warnings[0] and "GenuineIntel" in warnings[0]
+
+
+def test_the_paper_notebook_finds_the_records_from_any_folder():
+    import nbformat
+
+    from xsa.records import REPO_ROOT
+    nb = nbformat.read(REPO_ROOT / "notebooks" / "05_paper.ipynb", as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert "results_dir = None" in params.source  # resolved from the package (default_layout), not the cwd
+    assert "default_layout" in "".join(c.source for c in nb.cells)
+
+
+@pytest.mark.skipif(not __import__("shutil").which("chromium"), reason="the committed PDF is Chromium's print")
+def test_a_noop_report_leaves_every_committed_output_unchanged():
+    """Rebuild the default study's paper stage in place: git status of results/ and paper/ stays clean."""
+    import subprocess
+    import sys
+
+    from xsa.records import REPO_ROOT
+    paths = ["results", "paper"]
+    git = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True)
+    if git("rev-parse").returncode != 0:
+        pytest.skip("not a git checkout")
+    if git("status", "--porcelain", "--", *paths).stdout.strip():
+        pytest.skip("results/ or paper/ has uncommitted changes already")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "xsa.pipeline", "--study", "default", "--stages", "paper"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert git("status", "--porcelain", "--", *paths).stdout.strip() == ""

@@ -8,16 +8,24 @@ reads the same offline and in print. Its
 template (xsa/templates/paper) keeps headings with what follows them and wraps wide tables in
 print. paper.pdf is Chromium's print of paper.html (or pandoc + XeLaTeX where only they exist);
 paper.md keeps the TeX, which Markdown viewers render.
+
+Every output is a function of the records alone, so a rebuild that changes nothing leaves
+`git status` clean: executed notebooks are stored without run times and with repository-relative
+paths (`stable_notebook`), papermill's injected cell gets a fixed id, and the PDF's dates are the
+date of the newest run record (or $SOURCE_DATE_EPOCH), not the time of the build.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from xsa.records import atomic_write_bytes, atomic_write_text
+from xsa.records import REPO_ROOT, atomic_write_bytes, atomic_write_text
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # $$...$$ (display) first, then $...$ (inline, no space just inside the dollars, as TeX writers do)
@@ -39,6 +47,62 @@ def html_with_mathml(html: str) -> str:
     """The exported page with the TeX of its body (never its head: styles) as MathML."""
     head, sep, body = html.partition("<body")
     return head + sep + to_mathml(body)
+
+
+# what papermill and the kernel stamp on a run that says nothing about its results
+_VOLATILE_PAPERMILL = ("start_time", "end_time", "duration")
+
+
+def stable_notebook(nb, root: Path = REPO_ROOT) -> str:
+    """An executed notebook as text that depends on its inputs and outputs only: no execution
+    timestamps or durations, the injected-parameters cell with a fixed id (papermill draws one at
+    random), and paths under `root` written relative to it."""
+    import nbformat
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        for key in _VOLATILE_PAPERMILL:
+            cell.metadata.get("papermill", {}).pop(key, None)
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            cell["id"] = "injected-parameters"
+    for key in _VOLATILE_PAPERMILL:
+        nb.metadata.get("papermill", {}).pop(key, None)
+    text = nbformat.writes(nb)
+    prefix = json.dumps(str(Path(root).resolve()))[1:-1]
+    return text.replace(prefix + "/", "").replace(prefix, ".")
+
+
+def source_date(results_dir: Path | None) -> datetime.datetime:
+    """The paper's date: $SOURCE_DATE_EPOCH, else the newest run record's provenance date, else a
+    fixed date (never the time of the build)."""
+    if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
+        return datetime.datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]), datetime.timezone.utc)
+    dates = []
+    for prov in sorted(Path(results_dir).glob("runs/*/provenance.json")) if results_dir else []:
+        try:
+            dates.append(datetime.datetime.fromisoformat(json.loads(prov.read_text())["date"]))
+        except (KeyError, ValueError, OSError):
+            continue
+    return max(dates) if dates else datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+_PDF_DATE = re.compile(rb"/(CreationDate|ModDate) \(D:\d{14}[^)]*\)")
+
+
+def date_pdf(data: bytes, when: datetime.datetime) -> bytes:
+    """The PDF with its creation and modification dates set to `when` (same length, so the
+    cross-reference offsets stay valid)."""
+    stamp = when.astimezone(datetime.timezone.utc).strftime("D:%Y%m%d%H%M%S+00'00'").encode()
+
+    def sub(m):
+        new = b"/" + m.group(1) + b" (" + stamp + b")"
+        return new if len(new) == len(m.group(0)) else m.group(0)
+    return _PDF_DATE.sub(sub, data)
+
+
+def _results_dir(nb) -> Path | None:
+    """The results folder the paper notebook read (its papermill parameter), absolute."""
+    value = (nb.metadata.get("papermill", {}).get("parameters") or {}).get("results_dir")
+    return (REPO_ROOT / value).resolve() if value else REPO_ROOT / "results"
 
 
 def pdf_engine() -> str | None:
@@ -77,6 +141,8 @@ def export_paper(executed: Path, paper_dir: Path) -> dict:
         cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-pdf-header-footer",
                f"--print-to-pdf={pdf}", (paper_dir / "paper.html").resolve().as_uri()]
         ok = subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0 and pdf.exists()
+        if ok:
+            atomic_write_bytes(pdf, date_pdf(pdf.read_bytes(), source_date(_results_dir(nb))))
         out.update(pdf=pdf if ok else None, pdf_engine="chromium (headless print)" if ok else None)
     elif engine == "xelatex":
         from nbconvert import PDFExporter

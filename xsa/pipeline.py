@@ -334,7 +334,8 @@ def execute(job: Job, ctx: Context) -> Path:
     check_outputs(job)
     nb = nbformat.read(str(record), as_version=4)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
-    atomic_write_text(record, nbformat.writes(nb))
+    from xsa.paper import stable_notebook  # no run times or absolute paths: a rerun changes nothing
+    atomic_write_text(record, stable_notebook(nb))
     return record
 
 

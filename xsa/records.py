@@ -127,6 +127,49 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# the instruction-set extensions that select torch's CPU kernels (and so the rounding of its sums)
+CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "amx_tile", "amx_bf16")
+
+
+def cpu_identity() -> dict:
+    """What tells two CPUs apart for bit-for-bit reproduction: vendor, family/model/stepping, the
+    vector extensions present (of CPU_FLAGS) and the kernel set torch picks (its CPU capability).
+    Two machines with the same model name ("AMD EPYC") can differ in every one of these."""
+    info = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            key = key.strip()
+            if not sep:
+                if info:  # the first processor's block is enough
+                    break
+                continue
+            if key in ("vendor_id", "cpu family", "model", "stepping", "flags") and key not in info:
+                info[key] = value.strip()
+    except OSError:
+        pass
+    flags = set(info.get("flags", "").split())
+    try:
+        import torch
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError):
+        capability = None
+    return {"vendor": info.get("vendor_id") or platform.processor() or None,
+            "family": info.get("cpu family"), "model": info.get("model"), "stepping": info.get("stepping"),
+            "flags": [f for f in CPU_FLAGS if f in flags], "torch_capability": capability}
+
+
+def cpu_key(prov: dict) -> str | None:
+    """A short text of a provenance record's CPU identity ("AuthenticAMD 26/2/1 AVX512"); None where
+    the record predates cpu_identity (its "cpu_model" name alone cannot tell machines apart)."""
+    ident = (prov or {}).get("cpu_identity")
+    if not ident:
+        return None
+    return (f"{ident.get('vendor')} {ident.get('family')}/{ident.get('model')}/{ident.get('stepping')} "
+            f"{ident.get('torch_capability')}")
+
+
 def software_versions() -> dict:
     """The versions a rerun must match to reproduce numbers bit for bit."""
     from importlib.metadata import PackageNotFoundError, version
@@ -152,6 +195,7 @@ def provenance(*, config_hash: str, seed: int | None, device: str, wall_time_s: 
         **software_versions(),
         "device": device,
         "cpu_model": cpu_model(),
+        "cpu_identity": cpu_identity(),
         "hostname_kind": platform.machine(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_time_s": wall_time_s,

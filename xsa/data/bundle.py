@@ -101,8 +101,11 @@ def download_bundle(dest: Path | None = None, url: str | None = None, retries: i
                 break
             except OSError as e:
                 if attempt == retries:
-                    raise BundleError(f"could not download the eval bundle from {url} ({e}); pass --bundle "
-                                      f"or set XSA_EVAL_BUNDLE to a local copy of it") from e
+                    raise BundleError(
+                        f"could not download the eval bundle from {url} ({e}). It is needed to build the training "
+                        f"corpus as well as to evaluate: the corpus build removes every text that overlaps the "
+                        f"evaluation tasks (decontamination). Point {BUNDLE_ENV} at a local copy (the unzipped "
+                        f"eval_bundle folder), e.g. {BUNDLE_ENV}=/path/to/eval_bundle make paper") from e
                 time.sleep(2 ** attempt)
         got = sha256_file(zip_path)
         if got != expected:

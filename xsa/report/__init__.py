@@ -21,13 +21,13 @@ from pathlib import Path
 
 from xsa.report.claims import claims_table
 from xsa.report import text  # noqa: E402 (the paper's sentences)
-from xsa.report.figures import (fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest, fig_gap,
-                                fig_intervals, fig_sweep, fig_throughput)
+from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
+                                fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
 from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
 from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, SWEEP_LABELS, arms_table, common_seeds, compute_table,
                                contrast_effect, core_tasks_table, diagnostics_effects_table, diagnostics_table, effect,
-                               effects_table, fmt, gpu_table, main_table, power_table, runs_table, setup_table, throughput_table,
-                               to_markdown, write_table)
+                               effects_table, fmt, gpu_table, main_table, power_table, runs_table, setup_table, task_effects_table,
+                               throughput_table, to_markdown, write_table)
 
 __all__ = ["build", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
@@ -66,25 +66,75 @@ def gap_curves(runs, pairs) -> dict:
     return out
 
 
+# the seeds the primary comparison was planned with; seeds from 8 on were added by the precision
+# rule (xsa/studies.py), which was committed after an interim look at the first seeds: post hoc
+PLANNED_SEEDS = frozenset(range(8))
+
+
 def forest_rows(study, runs) -> list[dict]:
-    """Every comparison's val-bpb effect, relative to its reference arm, with its 95% CI."""
-    from xsa.studies import Contrast, Versus
+    """Every comparison's val-bpb effect, relative to its reference arm, with its 95% CI; the
+    primary comparison on its planned seeds first, then on all its seeds. The learning-rate sweeps
+    have their own figure (fig_lr)."""
+    from xsa.studies import Contrast, Sweep, Versus
     rows = []
-    add = lambda label, e, primary=False: rows.append(dict(label=f"{label} (n={e['n']})", mean=e["rel_mean"] and 100 * e["rel_mean"],
-                                                            ci=_scaled(e["rel_ci"], 100), primary=primary))
+
+    def add(label, e, primary=False):
+        rows.append(dict(label=f"{label} (n = {e['n']})", n=e["n"], mean=e["rel_mean"] and 100 * e["rel_mean"],
+                         ci=_scaled(e["rel_ci"], 100), primary=primary))
     for p in study.main:
-        add(f"XSA vs baseline, {p.name}", effect(runs, p.a, p.b, "val_bpb"), p.name == study.primary)
+        if p.name == study.primary and study.half_width_target:
+            planned = effect(runs, p.a, p.b, "val_bpb", seeds=set(PLANNED_SEEDS))
+            if planned["n"] and planned["n"] < effect(runs, p.a, p.b, "val_bpb")["n"]:
+                add(f"{p.name}, planned seeds", planned, True)
+                add(f"{p.name}, with post hoc seeds", effect(runs, p.a, p.b, "val_bpb"))
+                continue
+        add(p.name, effect(runs, p.a, p.b, "val_bpb"), p.name == study.primary)
     for c in study.comparisons:
         if isinstance(c, Contrast):
             if c.second not in study.main:
-                add(f"XSA vs baseline, {c.second.name}", effect(runs, c.second.a, c.second.b, "val_bpb"))
-            add(f"contrast {c.name}: ({c.second.name}) - ({c.first.name})", contrast_effect(runs, c, "val_bpb"))
-        elif isinstance(c, Versus):
+                add(c.second.name, effect(runs, c.second.a, c.second.b, "val_bpb"))
+            add(f"contrast: ({c.second.name}) - ({c.first.name})", contrast_effect(runs, c, "val_bpb"))
+        elif isinstance(c, Versus) and not (isinstance(c, Sweep) and c.field == "matrix_lr"):
             seeds = common_seeds(runs, [a.name for a in c.all_arms()])
             for a in c.arms:
                 if a != c.base:
-                    add(f"{a.name} vs {c.base.name}", effect(runs, c.base, a, "val_bpb", seeds))
+                    what = (f"{SWEEP_LABELS.get(c.field, c.field).split(' (')[0].replace('XSA ', 'XSA at ')} {a.get(c.field):g}"
+                            if isinstance(c, Sweep) else a.name)
+                    add(f"{what} vs {c.base.name}", effect(runs, c.base, a, "val_bpb", seeds))
     return rows
+
+
+def lr_points(study, runs) -> dict:
+    """The learning-rate check drawn: {preset: {"baseline"/"XSA": [(lr, val bpb relative to the
+    baseline at the recipe's LR, CI, n)]}}, on the seeds every arm of the preset's check shares."""
+    from xsa.studies import Sweep
+    sweeps = [c for c in study.comparisons if isinstance(c, Sweep) and c.field == "matrix_lr"]
+    out = {}
+    for preset in dict.fromkeys(c.base.preset for c in sweeps):
+        mine = sorted((c for c in sweeps if c.base.preset == preset), key=lambda c: c.base.get("xsa_alpha"))
+        arms = [a for c in mine for a in c.all_arms()]
+        seeds = common_seeds(runs, [a.name for a in arms])
+        ref = mine[0].base
+        out[preset] = {}
+        for c in mine:
+            label = "XSA" if c.base.get("xsa_alpha") else "baseline"
+            pts = []
+            for a in c.all_arms():
+                e = effect(runs, ref, a, "val_bpb", seeds)
+                if a == ref and e["n"]:
+                    pts.append((a.get("matrix_lr"), 0.0, e["rel_ci"], e["n"]))
+                elif e["n"]:
+                    pts.append((a.get("matrix_lr"), e["rel_mean"], e["rel_ci"], e["n"]))
+            out[preset][label] = pts
+    return out
+
+
+def sweep_ylabel(c) -> str:
+    """What a sweep's figure subtracts: the arm at each value minus its reference arm."""
+    ref = c.base.get(c.field)
+    if all(a.with_(**{c.field: ref}) == c.base for a in c.arms):  # the same arm at the reference value
+        return f"val bpb minus val bpb at {ref:g}"
+    return f"val bpb minus {c.base.name}'s"
 
 
 def _scaled(ci, k):
@@ -114,6 +164,7 @@ def build(study, results_dir, out_dir=None) -> dict:
         "arms": arms_table(runs, baseline=None),
         **comparison_tables(study, runs),
         "core_tasks": core_tasks_table(runs, main_arms),
+        "task_effects": task_effects_table(runs, study.main),
         "diagnostics": diagnostics_table(runs, main_arms),
         "diagnostics_effects": diagnostics_effects_table(runs, study.main, DIAG_EFFECT_KEYS),
         "throughput": throughput_table(tp),
@@ -127,11 +178,13 @@ def build(study, results_dir, out_dir=None) -> dict:
     figures = {
         "gap": fig_gap(gap_curves(runs, study.main), figures_dir, "gap"),  # the key figure
         "forest": fig_forest(forest_rows(study, runs), figures_dir, "forest",
-                             "val bpb: effect relative to the reference arm (%), 95% CI over paired seeds"),
+                             "val bpb change relative to the reference arm (%), 95% CI over paired seeds"),
+        "lr": fig_lr(lr_points(study, runs), figures_dir, "lr"),
         "train_loss": fig_curves(main_runs, "train_loss", "train loss (nats)", figures_dir, "train_loss"),
         "val_bpb_curves": fig_curves(main_runs, "val_bpb", "val bpb", figures_dir, "val_bpb_curves"),
         "val_bpb_arms": fig_intervals(tables["arms"], "val_bpb", "val bpb", figures_dir, "val_bpb_arms"),
         "core_tasks": fig_core_tasks(tables["core_tasks"], figures_dir, "core_tasks"),
+        "task_effects": fig_task_effects(tables["task_effects"], figures_dir, "task_effects"),
         "diagnostics": fig_diagnostics(tables["diagnostics"], DIAG_KEYS, figures_dir, "diagnostics"),
         "diagnostics_effects": fig_diag_effects(tables["diagnostics_effects"], DIAG_EFFECT_KEYS, figures_dir,
                                                 "diagnostics_effects"),
@@ -140,7 +193,7 @@ def build(study, results_dir, out_dir=None) -> dict:
     for c in study.comparisons:
         if isinstance(c, Sweep):
             figures[c.name] = fig_sweep(tables[c.name], c.values(), SWEEP_LABELS.get(c.field, c.field),
-                                        figures_dir, c.name)
+                                        figures_dir, c.name, sweep_ylabel(c))
     for name, path in figures.items():  # a figure with no records now: drop what an older build drew
         if path is None:
             for ext in ("png", "svg"):
@@ -168,45 +221,141 @@ def summary_text(study, built: dict) -> str:
 # The columns each table shows in the paper (the CSV and Markdown files keep every column), and
 # which hold fractions shown as percentages.
 DISPLAY = {
-    "setup": ["preset", "layers", "width", "heads", "seq_len", "vocab", "steps", "tokens", "tokens_per_param",
+    "setup": ["preset", "layers", "width", "heads", "steps", "tokens", "non_embedding_params", "tokens_per_param",
               "matrix_lr", "runs"],
-    "main": ["source", "scale", "arm", "n", "val_bpb", "val_bpb_ci95", "val_bpb_rel", "core", "core_bpb", "core_bpb_rel"],
+    "main": ["scale", "arm", "n", "val_bpb", "val_bpb_ci95", "val_bpb_rel", "core", "core_bpb", "core_bpb_rel"],
     "power": ["comparison", "pilot_n", "pilot_rel_sd", "seed_paper_effect_rel", "seeds_for_80pct_power", "n",
               "rel_sd", "rel_ci_half_width_first8", "rel_ci_half_width", "seeds_for_target"],
-    "claims": ["claim", "theirs", "statement", "verdict"],
+    "claims": ["claim", "theirs", "estimate", "n", "verdict"],
     "effects": ["comparison", "metric", "n", "d", "d_ci95", "rel", "rel_ci95"],
     "diagnostics_effects": ["comparison", "metric", "layer", "n", "baseline", "xsa", "d", "d_ci95", "direction"],
+    "diagnostics": ["arm", "layer", "n", "cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v"],
     "throughput": ["preset", "baseline_tok_per_s", "xsa_tok_per_s", "overhead", "overhead_ci95", "clock", "threads"],
-    "runs": ["run", "seed", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
+    "task_effects": ["comparison", "task", "n", "rel", "rel_ci95"],
+    "runs": ["run", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
+    "compute": ["preset", "stage", "runs", "cpu_min_per_run", "wall_min_per_run", "cpu_hours", "wall_hours"],
+    "gpu": ["scale", "arm", "recipe", "n", "val_bpb", "core"],
 }
 PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel",
            "rel_sd", "rel_ci_half_width", "rel_ci_half_width_first8", "overhead", "overhead_ci95"}
+# spreads and widths are sizes, not changes: no sign
+UNSIGNED = {"pilot_rel_sd", "rel_sd", "rel_ci_half_width", "rel_ci_half_width_first8"}
+# a header a reader reads (the files keep the column names)
+HEADERS = {
+    "preset": "preset", "layers": "layers", "width": "width", "heads": "heads", "seq_len": "context",
+    "vocab": "vocab", "steps": "steps", "tokens": "tokens", "non_embedding_params": "params (non-emb.)",
+    "tokens_per_param": "tokens/param", "matrix_lr": "matrix LR", "runs": "runs", "source": "source",
+    "scale": "scale", "arm": "arm", "n": "n", "val_bpb": "val bpb", "val_bpb_ci95": "95% CI",
+    "val_bpb_rel": "vs baseline", "core": "CORE", "core_bpb": "CORE bpb", "core_bpb_rel": "vs baseline",
+    "comparison": "comparison", "pilot_n": "pilot n", "pilot_rel_sd": "pilot SD",
+    "seed_paper_effect_rel": "seed paper's effect", "seeds_for_80pct_power": "n for 80% power",
+    "rel_sd": "SD, all seeds", "rel_ci_half_width_first8": "half-width at n = 8",
+    "rel_ci_half_width": "half-width, all seeds", "seeds_for_target": "n for target", "claim": "claim",
+    "theirs": "theirs", "estimate": "ours: estimate [95% CI]", "verdict": "verdict", "metric": "metric",
+    "d": "difference", "d_ci95": "95% CI", "rel": "relative", "rel_ci95": "95% CI", "layer": "layer",
+    "baseline": "baseline", "xsa": "XSA", "direction": "interval", "cos_y_v": "cos(y,v)", "cos_z_v": "cos(z,v)",
+    "diag_mass": "a_ii", "first_mass": "a_i0", "entropy": "entropy", "cos_v_v": "cos(v_i,v_j)",
+    "baseline_tok_per_s": "baseline tok/s", "xsa_tok_per_s": "XSA tok/s", "overhead": "overhead",
+    "overhead_ci95": "95% CI", "clock": "clock", "threads": "threads", "task": "task", "run": "run",
+    "wall_min": "wall min", "cpu_min": "CPU min", "config_hash": "config", "git_commit": "commit",
+    "stage": "stage", "cpu_min_per_run": "CPU min/run", "wall_min_per_run": "wall min/run",
+    "cpu_hours": "CPU h", "wall_hours": "wall h", "recipe": "recipe", "d_val_bpb_vs_base": "difference",
+    "rel_vs_base": "relative", "seed": "seed",
+}
+# integers with thousands separators, and fewer digits where four say nothing
+DIGITS = {"tokens_per_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
+          "wall_min_per_run": 1, "cpu_hours": 1, "wall_hours": 1, "baseline_tok_per_s": 0, "xsa_tok_per_s": 0,
+          "core": 4}
 
 
-def _percent(value):
+def _percent(value, signed: bool = True):
     from xsa.report.stats import Interval
+    sign = "+" if signed else ""
     if isinstance(value, Interval):
         return "n/a" if not value.defined else f"[{100 * value.lo:+.2f}%, {100 * value.hi:+.2f}%]"
-    return value if not isinstance(value, float) else f"{100 * value:+.2f}%"
+    return value if not isinstance(value, float) else f"{100 * value:{sign}.2f}%"
+
+
+def _cell(col, value):
+    from xsa.report.stats import Interval
+    if value is None:
+        return "n/a"
+    if col in PERCENT:
+        return _percent(value, col not in UNSIGNED)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int) and abs(value) >= 10000:
+        return f"{value:,}"
+    if isinstance(value, float) and col in DIGITS:
+        return f"{value:,.{DIGITS[col]}f}"
+    if isinstance(value, str) and col in ("comparison", "metric", "task", "direction"):
+        value = value.replace("_", " ")
+    if isinstance(value, str) and " " not in value and "-" in value:
+        return value.replace("-", "\u2011")  # an identifier (cpu-w64-d4) never breaks at its hyphens
+    return value if not isinstance(value, Interval) else fmt(value)
+
+
+def _claim_rows(rows):
+    """The claims table as the paper shows it: the estimate in one cell, the verdict in a word."""
+    out = []
+    for r in rows:
+        rel = "(relative)" in r["ours"] or "overhead" in r["ours"]
+        if r["estimate"] is None or not r["ci95"].defined:
+            est = "n/a"
+        elif rel:
+            est = f"{100 * r['estimate']:+.2f}% [{100 * r['ci95'].lo:+.2f}, {100 * r['ci95'].hi:+.2f}]"
+        else:
+            est = f"{r['estimate']:+.4f} [{r['ci95'].lo:+.4f}, {r['ci95'].hi:+.4f}]"
+        out.append(dict(claim=r["claim"], theirs=r["theirs"], estimate=est, n=r["n"],
+                        verdict=r["verdict"].split(" (")[0]))
+    return out
 
 
 # a sweep's or an ablation's table (arms_table): the arms and their paired change in val bpb
 DISPLAY_ARMS = ["arm", "n", "val_bpb", "val_bpb_ci95", "d_val_bpb_vs_base", "d_ci95", "rel_vs_base", "rel_ci95"]
 
 
-def show_table(built: dict, name: str, **where):
-    """A table of `build` as Markdown for the paper: its DISPLAY columns, fractions as percentages;
-    `where` keeps the rows whose column (the keyword) is one of the values given."""
-    from IPython.display import Markdown
+def table_markdown(built: dict, name: str, cols=None, **where) -> str:
+    """A table of `build` as Markdown for the paper: its DISPLAY columns (or `cols`) under reader's
+    headers, fractions as percentages; `where` keeps the rows whose column (the keyword) is one of
+    the values given."""
     rows = [r for r in built["tables"][name] if all(r.get(k) in v for k, v in where.items())]
-    default = DISPLAY_ARMS if rows and "d_ci95" in rows[0] else (list(rows[0]) if rows else [])
-    cols = [c for c in DISPLAY.get(name, default) if rows and c in rows[0]]
-    shown = [{c: (_percent(r[c]) if c in PERCENT and r[c] is not None else r[c]) for c in cols} for r in rows]
-    return Markdown(to_markdown(shown))
+    if name == "claims":
+        rows = _claim_rows(rows)
+    default = DISPLAY_ARMS if rows and "d_ci95" in rows[0] and name not in DISPLAY else (list(rows[0]) if rows else [])
+    cols = [c for c in (cols or DISPLAY.get(name, default)) if rows and c in rows[0]]
+    shown = [{c: _cell(c, r[c]) for c in cols} for r in rows]
+    from xsa.report.stats import Interval
+    numeric = {c: "r" for c in cols if any(isinstance(r[c], (int, float, Interval)) and not isinstance(r[c], bool)
+                                           for r in rows)}
+    if "estimate" in cols:
+        numeric["estimate"] = "r"  # an estimate with its interval: one line
+    return to_markdown(shown, HEADERS, numeric)
 
 
-def show_figure(built: dict, name: str):
-    """A figure of `build` as an embedded PNG (or a note that its records are missing)."""
-    from IPython.display import Image, Markdown
+def show_table(built: dict, name: str, caption: str | None = None, cols=None, **where):
+    """A table of `build` for the paper (Markdown), under its caption where given ("Table 2. ...")."""
+    from IPython.display import Markdown
+    md = table_markdown(built, name, cols, **where)
+    return Markdown((f"{caption}\n\n" if caption else "") + md)
+
+
+def _png_width(path) -> int | None:
+    with open(path, "rb") as f:
+        head = f.read(24)
+    return int.from_bytes(head[16:20], "big") if head[:8] == b"\x89PNG\r\n\x1a\n" else None
+
+
+def show_figure(built: dict, name: str, caption: str | None = None):
+    """A figure of `build` as an embedded PNG shown at its print size (so its fonts keep their point
+    size on the page), with its caption below where given; or a note that its records are missing."""
+    from IPython.display import Image, Markdown, display
     path = built["figures"].get(name)
-    return Image(filename=str(path)) if path else Markdown(f"_{name}: no records yet, so no figure._")
+    if not path:
+        return Markdown(f"_{name}: no records yet, so no figure._")
+    px = _png_width(path)
+    image = Image(filename=str(path), width=round(px / DPI * 96) if px else None)
+    if caption is None:
+        return image
+    display(image)
+    return Markdown(caption)

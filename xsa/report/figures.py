@@ -13,6 +13,12 @@ from pathlib import Path
 
 from xsa.records import atomic_write_bytes
 
+# Print sizes: the paper shows every figure at its own size (DPI pixels per inch; see show_figure),
+# so a font of 8 pt here is 8 pt on the page. FULL is the text width of the PDF (A4, 12 mm margins).
+DPI = 150
+FULL, HALF = 6.9, 3.4
+FONT = dict(size=8, title=8.5, tick=7.5, legend=7.5)  # nothing under 7 pt
+
 
 def new_figure(*, nrows=1, ncols=1, figsize, **subplot_kw):
     """(fig, axes[nrows][ncols]): a figure outside pyplot (nothing left open, thread-safe)."""
@@ -20,8 +26,12 @@ def new_figure(*, nrows=1, ncols=1, figsize, **subplot_kw):
     import seaborn as sns
     from matplotlib.figure import Figure
     sns.set_theme(style="whitegrid", context="paper")
-    matplotlib.rcParams["svg.hashsalt"] = "xsa"  # fixed SVG ids: identical figures give identical bytes
-    fig = Figure(figsize=figsize)
+    matplotlib.rcParams.update({
+        "svg.hashsalt": "xsa",  # fixed SVG ids: identical figures give identical bytes
+        "font.size": FONT["size"], "axes.titlesize": FONT["title"], "axes.labelsize": FONT["size"],
+        "xtick.labelsize": FONT["tick"], "ytick.labelsize": FONT["tick"], "legend.fontsize": FONT["legend"],
+        "legend.title_fontsize": FONT["legend"]})
+    fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.subplots(nrows, ncols, squeeze=False, **subplot_kw)
 
 
@@ -31,7 +41,7 @@ def _render(fig, ext: str, meta: dict, dpi: int) -> bytes:
     return buf.getvalue()
 
 
-def save_figure(fig, out_dir, name: str, dpi: int = 120):
+def save_figure(fig, out_dir, name: str, dpi: int = DPI):
     """Write OUT_DIR/NAME.png and NAME.svg and return the PNG path; with out_dir None, return the
     PNG as an image a notebook displays."""
     png = _render(fig, "png", {"Software": None}, dpi)
@@ -129,18 +139,95 @@ def fig_throughput(rows: list[dict], out_dir, name: str):
     return save_figure(fig, out_dir, name)
 
 
-def fig_sweep(rows: list[dict], values: list, xlabel: str, out_dir, name: str):
-    """Val bpb change against the reference arm (paired by seed, 95% CI) over a swept field."""
-    pts = [(a, r["d_val_bpb_vs_base"], r["d_ci95"]) for a, r in zip(values, rows)
+def _point(ax, x, y, ci, n, color, horizontal=False, ms=4.5, label=None):
+    """One estimate: a filled marker with its 95% interval, or, for a single seed (n = 1, no
+    interval), a hollow marker and no bar, so it never reads as an estimate with an interval."""
+    single = n is not None and n < 2 or not getattr(ci, "defined", False)
+    err = None if single else _error_bar(x if horizontal else y, ci)
+    kw = dict(fmt="o", color=color, ms=ms, capsize=2.5, lw=1.1, label=label,
+              mfc="white" if single else color, mew=1.1)
+    if horizontal:
+        ax.errorbar(x, y, xerr=err, **kw)
+    else:
+        ax.errorbar(x, y, yerr=err, **kw)
+    return single
+
+
+def _single_note(ax, loc="lower right"):
+    from matplotlib.lines import Line2D
+    return Line2D([], [], marker="o", ls="", color="0.3", mfc="white", ms=4.5, label="one seed (n = 1): no interval")
+
+
+def fig_sweep(rows: list[dict], values: list, xlabel: str, out_dir, name: str, ylabel: str = "val bpb change"):
+    """Val bpb change against the reference arm (paired by seed, 95% CI) over a swept field; the
+    y label names what is subtracted from what (the reference arm is not always the baseline)."""
+    pts = [(a, r["d_val_bpb_vs_base"], r["d_ci95"], r["n"]) for a, r in zip(values, rows)
            if r.get("d_val_bpb_vs_base") is not None]
     if not pts:
         return None
-    fig, axes = new_figure(figsize=(4.5, 3))
+    fig, axes = new_figure(figsize=(HALF, 2.4))
     ax = axes[0][0]
-    for a, d, ci in pts:
-        ax.errorbar([a], [d], yerr=_error_bar(d, ci), fmt="o", color="C0", capsize=3)
+    single = [_point(ax, a, d, ci, n, "C0") for a, d, ci, n in pts]
     ax.axhline(0, color="gray", lw=0.8)
-    ax.set(xlabel=xlabel, ylabel="val bpb: XSA - baseline")
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    if any(single):
+        ax.legend(handles=[_single_note(ax)], loc="best")
+    return save_figure(fig, out_dir, name)
+
+
+def fig_lr(points: dict, out_dir, name: str):
+    """The learning-rate check: per preset, val bpb of the baseline and of XSA at each matrix LR,
+    relative to the baseline at the recipe's LR (%). points: {preset: {arm label: [(lr, rel, ci, n)]}}."""
+    points = {p: arms for p, arms in points.items() if any(arms.values())}
+    if not points:
+        return None
+    fig, axes = new_figure(ncols=len(points), figsize=(FULL if len(points) > 1 else HALF, 2.5), sharey=True)
+    any_single = False
+    for ax, (preset, arms) in zip(axes[0], points.items()):
+        for j, (label, pts) in enumerate(arms.items()):
+            pts = sorted(pts)
+            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], color=f"C{j}", lw=0.8, alpha=0.6)
+            for k, (lr, rel, ci, n) in enumerate(pts):
+                any_single |= _point(ax, lr, 100 * rel, _scaled(ci, 100), n, f"C{j}", label=label if k == 0 else None)
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_xscale("log", base=2)
+        lrs = sorted({p[0] for pts in arms.values() for p in pts})
+        ax.set_xticks(lrs, [f"{v:g}" for v in lrs])
+        ax.minorticks_off()
+        ax.set(title=preset, xlabel="matrix (Muon) learning rate")
+    axes[0][0].set_ylabel("val bpb vs baseline at recipe LR (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if any_single:
+        handles.append(_single_note(axes[0][0]))
+    axes[0][-1].legend(handles=handles, loc="best")
+    return save_figure(fig, out_dir, name)
+
+
+def _scaled(ci, k):
+    from xsa.report.stats import Interval
+    return Interval(ci.lo * k, ci.hi * k) if getattr(ci, "defined", False) else ci
+
+
+def fig_task_effects(rows: list[dict], out_dir, name: str):
+    """Per CORE task, XSA minus baseline in the bits per byte of the correct continuation (relative,
+    paired by seed, 95% CI), one panel per comparison. rows: comparison, task, n, rel, rel_ci95."""
+    rows = [r for r in rows if r.get("rel") is not None]
+    if not rows:
+        return None
+    comparisons = list(dict.fromkeys(r["comparison"] for r in rows))
+    tasks = sorted({r["task"] for r in rows})
+    fig, axes = new_figure(ncols=len(comparisons), figsize=(FULL, 0.16 * len(tasks) + 0.9), sharey=True)
+    for ax, c in zip(axes[0], comparisons):
+        by_task = {r["task"]: r for r in rows if r["comparison"] == c}
+        n = max(r["n"] for r in by_task.values())
+        for i, t in enumerate(tasks):
+            if t in by_task:
+                r = by_task[t]
+                _point(ax, 100 * r["rel"], i, _scaled(r["rel_ci95"], 100), r["n"], "C0", horizontal=True, ms=3.5)
+        ax.axvline(0, color="gray", lw=0.8)
+        ax.set(title=f"{c} (n = {n})", xlabel="XSA - baseline (%)")
+    axes[0][0].set_yticks(range(len(tasks)), [t.replace("_", " ") for t in tasks])
+    axes[0][0].invert_yaxis()
     return save_figure(fig, out_dir, name)
 
 
@@ -151,7 +238,7 @@ def fig_gap(curves: dict, out_dir, name: str, relative: bool = True):
     panels = {k: v for k, v in curves.items() if v}
     if not panels:
         return None
-    fig, axes = new_figure(ncols=len(panels), figsize=(4.6 * len(panels), 3.3))
+    fig, axes = new_figure(ncols=len(panels), figsize=(FULL if len(panels) > 1 else HALF, 2.5), sharey=True)
     scale = 100 if relative else 1
     for ax, (title, by_tokens) in zip(axes[0], panels.items()):
         xs = sorted(t for t in by_tokens if t > 0)  # step 0: both arms are the same initial model
@@ -160,29 +247,37 @@ def fig_gap(curves: dict, out_dir, name: str, relative: bool = True):
         lo = [scale * (st["ci"].lo if st["ci"].defined else st["mean"]) for st in stats]
         hi = [scale * (st["ci"].hi if st["ci"].defined else st["mean"]) for st in stats]
         n = max((st["n"] for st in stats), default=0)
-        ax.fill_between(xs, lo, hi, color="C0", alpha=0.25, lw=0, label="95% CI over seeds")
-        ax.plot(xs, mean, marker="o", ms=3, color="C0", label=f"mean of {n} paired seeds")
+        ax.fill_between([x / 1e6 for x in xs], lo, hi, color="C0", alpha=0.25, lw=0, label="95% CI over seeds")
+        ax.plot([x / 1e6 for x in xs], mean, marker="o", ms=3, color="C0", label=f"mean of {n} paired seeds")
         ax.axhline(0, color="gray", lw=0.8)
-        ax.set(title=title, xlabel="training tokens", ylabel="val bpb: XSA - baseline" + (" (%)" if relative else ""))
-        ax.legend(fontsize=7)
+        ax.set(title=title, xlabel="training tokens (millions)")
+        ax.legend(loc="upper right")
+    axes[0][0].set_ylabel("val bpb: XSA - baseline" + (" (%)" if relative else ""))
     return save_figure(fig, out_dir, name)
 
 
 def fig_forest(rows: list[dict], out_dir, name: str, title: str):
-    """Every comparison's effect with its 95% CI (rows: label, mean, ci, unit), zero marked."""
+    """Every comparison's effect with its 95% CI (rows: label, mean, ci, n, primary), zero marked;
+    a single seed is drawn hollow, with no interval."""
     rows = [r for r in rows if r.get("mean") is not None]
     if not rows:
         return None
-    fig, axes = new_figure(figsize=(7.5, 0.32 * len(rows) + 1.3))
+    fig, axes = new_figure(figsize=(FULL - 0.9, 0.22 * len(rows) + 0.8))
     ax = axes[0][0]
-    for i, r in enumerate(rows):
-        ax.errorbar(r["mean"], i, xerr=_error_bar(r["mean"], r["ci"]), fmt="o", color="C3" if r.get("primary") else "C0",
-                    capsize=3, ms=4)
+    single = [_point(ax, r["mean"], i, r["ci"], r.get("n"), "C3" if r.get("primary") else "C0", horizontal=True)
+              for i, r in enumerate(rows)]
     ax.axvline(0, color="gray", lw=0.8)
-    ax.set_yticks(range(len(rows)), [r["label"] for r in rows], fontsize=7)
+    ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
     ax.invert_yaxis()
     ax.set(xlabel=title)
+    if any(single):
+        ax.legend(handles=[_single_note(ax)], loc="lower right")
     return save_figure(fig, out_dir, name)
+
+
+DIAG_TITLES = {"cos_y_v": "cos(y_i, v_i) before the projection", "cos_z_v": "cos(z_i, v_i) after it",
+               "diag_mass": "diagonal mass a_ii", "first_mass": "first-token mass a_i0",
+               "entropy": "attention entropy (nats)", "cos_v_v": "cos(v_i, v_j), i != j"}
 
 
 def fig_diag_effects(rows: list[dict], keys, out_dir, name: str):
@@ -192,14 +287,24 @@ def fig_diag_effects(rows: list[dict], keys, out_dir, name: str):
     if not rows:
         return None
     comparisons = list(dict.fromkeys(r["comparison"] for r in rows))
-    fig, axes = new_figure(ncols=len(keys), figsize=(3.3 * len(keys), 3.0))
-    for ax, k in zip(axes[0], keys):
+    ncols = 3
+    nrows = -(-len(keys) // ncols)
+    fig, axes = new_figure(nrows=nrows, ncols=ncols, figsize=(FULL, 2.0 * nrows + 0.3))
+    flat = [ax for row in axes for ax in row]
+    for ax, k in zip(flat, keys):
         for j, c in enumerate(comparisons):
             pts = [r for r in rows if r["metric"] == k and r["comparison"] == c]
             for r in pts:
-                ax.errorbar(r["layer"] + 0.12 * j, r["d"], yerr=_error_bar(r["d"], r["d_ci95"]), fmt="o", ms=3,
-                            color=f"C{j}", capsize=2, label=c if r is pts[0] else None)
+                _point(ax, r["layer"] + 0.15 * j, r["d"], r["d_ci95"], r["n"], f"C{j}", ms=3.5,
+                       label=f"{c} (n = {r['n']})" if r is pts[0] else None)
         ax.axhline(0, color="gray", lw=0.8)
-        ax.set(title=k, xlabel="layer", ylabel="XSA - baseline")
-    axes[0][0].legend(fontsize=7)
+        ax.set(title=DIAG_TITLES.get(k, k), xlabel="layer")
+        layers = sorted({r["layer"] for r in rows})
+        ax.set_xticks(layers)
+    for row in axes:
+        row[0].set_ylabel("XSA - baseline")
+    handles, labels = flat[0].get_legend_handles_labels()
+    for ax in flat[len(keys):]:
+        ax.axis("off")
+    (flat[len(keys)] if len(flat) > len(keys) else flat[0]).legend(handles, labels, loc="center")
     return save_figure(fig, out_dir, name)

@@ -57,7 +57,8 @@ def metric(run: dict, name: str):
     - val_bpb: final validation bits per byte (of a run that trained to its horizon);
     - core, chatcore: CORE / ChatCORE (CORE only where every task was scored);
     - core_bpb, core_margin_bpb: the CORE likelihood measures (xsa.evaluate.core.likelihoods);
-    - task:<label>: centered accuracy of one CORE task;
+    - task:<label>: centered accuracy of one CORE task; task_bpb:<label>: its bits per byte of the
+      correct continuation;
     - diag_mass (and any diagnostics metric as diag:<metric>, or diag:<metric>:<layer>): mean over
       layers (or one layer) of the head-averaged final diagnostics."""
     if name == "val_bpb":
@@ -76,6 +77,8 @@ def metric(run: dict, name: str):
     ev = run["eval"] or {}
     if name.startswith("task:"):
         return (ev.get("tasks", {}).get(name[5:]) or {}).get("centered")
+    if name.startswith("task_bpb:"):  # the likelihood of one task's correct continuations
+        return (ev.get("tasks", {}).get(name[9:]) or {}).get("correct_bpb")
     if name in ("core", "core_bpb", "core_margin_bpb") and ev.get("core_complete") is False:
         return None  # a mean over fewer tasks is not CORE: never mix it in
     value = ev.get(name)

@@ -49,12 +49,28 @@ def fmt(x, digits: int = 4) -> str:
     return str(x)
 
 
-def to_markdown(rows: list[dict]) -> str:
+def cell(x, digits: int = 4) -> str:
+    """A Markdown table cell: `fmt`, with the characters that would end or break a cell escaped."""
+    return fmt(x, digits).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(rows: list[dict], headers: dict | None = None, align: dict | None = None) -> str:
+    """rows as a Markdown table; `headers` maps a column to the text of its header, `align` a
+    column to 'l' or 'r' (default: numbers right, text left)."""
     if not rows:
         return "_no records_\n"
     cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
+    headers, align = headers or {}, align or {}
+
+    def side(c):
+        if c in align:
+            return align[c]
+        numeric = all(isinstance(r[c], (int, float)) or r[c] is None for r in rows)
+        return "r" if numeric else "l"
+    rule = {"l": "---", "r": "--:"}
+    lines = ["| " + " | ".join(cell(headers.get(c, c)) for c in cols) + " |",
+             "|" + "|".join(rule[side(c)] for c in cols) + "|"]
+    lines += ["| " + " | ".join(cell(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -184,7 +200,7 @@ def main_table(runs, pairs) -> list[dict]:
             rows.append(row)
     for depth, arms in SEED_PAPER.items():
         for variant, nums in arms.items():
-            row = dict(source="theirs (seed paper)", scale=f"{depth} (GPU)",
+            row = dict(source="theirs (seed paper)", scale=f"{depth} (GPU, theirs)",
                        arm="baseline" if variant == "base" else "XSA a=1", n=1)
             base = arms["base"]
             for k in ("val_bpb", "core", "core_bpb"):
@@ -259,6 +275,20 @@ def core_tasks_table(runs, arms) -> list[dict]:
     labels = sorted({t for r in runs if r["arm"] in arms for t in ((r["eval"] or {}).get("tasks") or {})})
     return [dict(task=t, **{a: mean_ci(metric(r, f"task:{t}") for r in groups.get(a, []))["mean"] for a in arms})
             for t in labels]
+
+
+def task_effects_table(runs, pairs) -> list[dict]:
+    """Per main comparison and CORE task: XSA minus baseline in the bits per byte of the task's
+    correct continuations, paired by seed, absolute and relative."""
+    rows = []
+    for p in pairs:
+        tasks = sorted({t for r in runs if r["arm"] in (p.a.name, p.b.name) for t in ((r["eval"] or {}).get("tasks") or {})})
+        for t in tasks:
+            e = effect(runs, p.a, p.b, f"task_bpb:{t}")
+            if e["n"]:
+                rows.append(dict(comparison=p.name, task=t, n=e["n"], d=e["mean"], d_ci95=e["ci"],
+                                 rel=e["rel_mean"], rel_ci95=e["rel_ci"]))
+    return rows
 
 
 DIAG_KEYS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
