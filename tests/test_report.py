@@ -124,7 +124,7 @@ def test_sweep_is_reported_on_matched_seeds(tmp_path):
     """An arm with more seeds than the others is averaged over the shared seeds only."""
     pair = xsa_pair("smoke")
     sweep = Sweep.over("alpha_sweep", pair.b, "xsa_alpha", (0.5, 1.0), seed_arm=pair.a)
-    runs = [a.run(s) for a in sweep.all_arms() for s in range(2)] + [pair.b.run(2), pair.a.run(2)]
+    runs = [a.run(s) for a in sweep.arms() for s in range(2)] + [pair.b.run(2), pair.a.run(2)]
     for run in runs:
         write_run(tmp_path, run, 1.5 - 0.01 * run.config().model.xsa_alpha + 0.1 * run.seed)
     study = Study(name="t", scale="test", runs=tuple(runs), main=(pair,), comparisons=(sweep,))
@@ -216,7 +216,7 @@ def test_setup_alpha_figure_and_gpu_table(tmp_path):
     # a preset name with a dash, and arms that are not part of the sweep (other layers, optimizer)
     pair = xsa_pair("cpu-w64-d4")
     sweep = Sweep.over("alpha_sweep", pair.b, "xsa_alpha", (0.5, 1.0), seed_arm=pair.a)
-    runs = [a.run(s) for a in sweep.all_arms() for s in range(2)]
+    runs = [a.run(s) for a in sweep.arms() for s in range(2)]
     runs += [pair.b.with_(xsa_layers="last:2").run(0), pair.a.with_(optimizer="adamw").run(0)]
     for run in runs:
         write_run(tmp_path, run, 1.5 - 0.01 * run.config().model.xsa_alpha + 0.001 * run.seed)
@@ -247,7 +247,7 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
            ("xsa", 0.01): 1.53, ("xsa", 0.02): 1.51, ("xsa", 0.04): 1.49}  # XSA's: twice the recipe's
     runs = []
     for sweep, arm in zip(sweeps, ("base", "xsa")):
-        for a in sweep.all_arms():
+        for a in sweep.arms():
             write_run(tmp_path, a.run(0), bpb[(arm, a.get("matrix_lr"))])
             runs.append(a.run(0))
     for a, v in zip(pair.arms(), (1.50, 1.51)):  # a second seed of the main pair: the discussion needs two
@@ -266,7 +266,7 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     # a baseline better at 0.04, where XSA's gain turns into a loss: the results and the abstract say so
     bpb.update({("base", 0.04): 1.48, ("xsa", 0.02): 1.49, ("xsa", 0.04): 1.485})
     for sweep, arm in zip(sweeps, ("base", "xsa")):
-        for a in sweep.all_arms():
+        for a in sweep.arms():
             write_run(tmp_path / "tuned", a.run(0), bpb[(arm, a.get("matrix_lr"))])
     for a, v in zip(pair.arms(), (1.50, 1.51)):
         write_run(tmp_path / "tuned", a.run(1), v)
@@ -400,3 +400,22 @@ def test_a_noop_report_leaves_every_committed_output_unchanged():
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert git("status", "--porcelain", "--", *paths).stdout.strip() == ""
+
+
+def test_every_comparison_kind_works_in_every_place(results, study):
+    """A Paired in the comparisons (as the robust study's sequence-length pairs) is reported like a
+    main pair: its table, its effect rows, its forest row; every kind spells its arms arms()."""
+    import dataclasses
+
+    from xsa import report
+    from xsa.studies import Contrast, Paired, Sweep, Versus
+    extra = Paired("smoke again", SMOKE.a, SMOKE.b)
+    versus = Versus("smoke versus", SMOKE.a, (SMOKE.b,))
+    mixed = dataclasses.replace(study, comparisons=(extra, versus, Contrast("twice", SMOKE, extra)))
+    built = report.build(mixed, results, out_dir=results / "out")
+    assert built["tables"]["smoke again"] == built["tables"]["smoke versus"] != []
+    assert any(r["comparison"] == "smoke again" for r in built["tables"]["effects"])
+    assert any(r["label"].startswith("smoke again") for r in report.forest_rows(mixed, built["runs"]))
+    sweep = Sweep.over("s", SMOKE.b, "xsa_alpha", (0.5,), seed_arm=SMOKE.a)
+    for c in (extra, versus, sweep, Contrast("twice", SMOKE, extra)):
+        assert c.arms()[0] == SMOKE.a and set(c.arms()) == {SMOKE.a, *(b for _, b in c.pairs())}

@@ -36,14 +36,16 @@ __all__ = ["build", "summary_text", "show_table", "show_figure", "load_run", "lo
 def comparison_tables(study, runs) -> dict:
     """One table per Versus/Sweep of study.comparisons, under its name (a sweep on the seeds all its
     arms have); the contrasts go to the effects table."""
-    from xsa.studies import Contrast, Sweep, Versus
+    from xsa.studies import Contrast, Paired, Sweep, Versus
     tables = {}
     for c in study.comparisons:
         if isinstance(c, Sweep):
-            arms = [a.name for a in c.all_arms()]
+            arms = [a.name for a in c.arms()]
             tables[c.name] = arms_table(runs, arms, c.base.name, seeds=common_seeds(runs, arms))
         elif isinstance(c, Versus):
-            tables[c.name] = arms_table(runs, [a.name for a in c.arms], c.base.name)
+            tables[c.name] = arms_table(runs, [a.name for a in c.others], c.base.name)
+        elif isinstance(c, Paired):  # its effect is in the effects table; its arms side by side here
+            tables[c.name] = arms_table(runs, [c.b.name], c.a.name)
         elif not isinstance(c, Contrast):
             raise TypeError(f"comparison {c.name!r}: unknown kind {type(c).__name__}")
     return tables
@@ -75,7 +77,7 @@ def forest_rows(study, runs) -> list[dict]:
     """Every comparison's val-bpb effect, relative to its reference arm, with its 95% CI; the
     primary comparison on its planned seeds first, then on all its seeds. The learning-rate sweeps
     have their own figure (fig_lr)."""
-    from xsa.studies import Contrast, Sweep, Versus
+    from xsa.studies import Contrast, Paired, Sweep, Versus
     rows = []
 
     def add(label, e, primary=False):
@@ -90,13 +92,15 @@ def forest_rows(study, runs) -> list[dict]:
                 continue
         add(p.name, effect(runs, p.a, p.b, "val_bpb"), p.name == study.primary)
     for c in study.comparisons:
-        if isinstance(c, Contrast):
-            if c.second not in study.main:
+        if isinstance(c, Paired):
+            add(c.name, effect(runs, c.a, c.b, "val_bpb"))
+        elif isinstance(c, Contrast):
+            if c.second not in study.main and c.second not in study.comparisons:
                 add(c.second.name, effect(runs, c.second.a, c.second.b, "val_bpb"))
             add(f"contrast: ({c.second.name}) - ({c.first.name})", contrast_effect(runs, c, "val_bpb"))
         elif isinstance(c, Versus) and not (isinstance(c, Sweep) and c.field == "matrix_lr"):
-            seeds = common_seeds(runs, [a.name for a in c.all_arms()])
-            for a in c.arms:
+            seeds = common_seeds(runs, [a.name for a in c.arms()])
+            for a in c.others:
                 if a != c.base:
                     what = (f"{SWEEP_LABELS.get(c.field, c.field).split(' (')[0].replace('XSA ', 'XSA at ')} {a.get(c.field):g}"
                             if isinstance(c, Sweep) else a.name)
@@ -112,14 +116,14 @@ def lr_points(study, runs) -> dict:
     out = {}
     for preset in dict.fromkeys(c.base.preset for c in sweeps):
         mine = sorted((c for c in sweeps if c.base.preset == preset), key=lambda c: c.base.get("xsa_alpha"))
-        arms = [a for c in mine for a in c.all_arms()]
+        arms = [a for c in mine for a in c.arms()]
         seeds = common_seeds(runs, [a.name for a in arms])
         ref = mine[0].base
         out[preset] = {}
         for c in mine:
             label = "XSA" if c.base.get("xsa_alpha") else "baseline"
             pts = []
-            for a in c.all_arms():
+            for a in c.arms():
                 e = effect(runs, ref, a, "val_bpb", seeds)
                 if a == ref and e["n"]:
                     pts.append((a.get("matrix_lr"), 0.0, e["rel_ci"], e["n"]))
@@ -132,7 +136,7 @@ def lr_points(study, runs) -> dict:
 def sweep_ylabel(c) -> str:
     """What a sweep's figure subtracts: the arm at each value minus its reference arm."""
     ref = c.base.get(c.field)
-    if all(a.with_(**{c.field: ref}) == c.base for a in c.arms):  # the same arm at the reference value
+    if all(a.with_(**{c.field: ref}) == c.base for a in c.others):  # the same arm at the reference value
         return f"val bpb minus val bpb at {ref:g}"
     return f"val bpb minus {c.base.name}'s"
 
@@ -145,7 +149,7 @@ def _scaled(ci, k):
 def build(study, results_dir, out_dir=None) -> dict:
     """Write every table and figure of a study's paper into OUT_DIR/tables and OUT_DIR/figures
     (default: results_dir); return the tables (rows) and figure paths."""
-    from xsa.studies import Contrast, Sweep
+    from xsa.studies import Contrast, Paired, Sweep
     results_dir = Path(results_dir)
     runs = load_runs(results_dir, [r.run_id for r in study.runs])
     tp = {p: t for p, t in load_throughput(results_dir).items() if p in study.presets()}
@@ -153,7 +157,9 @@ def build(study, results_dir, out_dir=None) -> dict:
     tables_dir, figures_dir = out_dir / "tables", out_dir / "figures"
     main_arms = [a.name for p in study.main for a in p.arms()]
     contrasts = [c for c in study.comparisons if isinstance(c, Contrast)]
-    pairs = [*study.main, *(c.second for c in contrasts if c.second not in study.main)]  # every Paired effect
+    # every Paired effect: the main pairs, Paired comparisons, and the pairs that contrasts contrast
+    pairs = list(dict.fromkeys([*study.main, *(c for c in study.comparisons if isinstance(c, Paired)),
+                                *(c.second for c in contrasts)]))
     tables = {
         "setup": setup_table(study),
         "main": main_table(runs, study.main),

@@ -14,16 +14,10 @@ from pathlib import Path
 
 from xsa.records import atomic_write_text
 from xsa.report.records import by_arm, complete, finished, metric, per_seed
+from xsa.studies import SEED_PAPER
 from xsa.report.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 
-# The seed paper's numbers ("Exclusive Self-Attention Beyond AdamW: Stability and Generalization
-# under Muon Optimization"; GPU scale, nanochat on ClimbMix, one run per arm), shown beside ours as theirs.
-SEED_PAPER = {
-    "d12": {"base": dict(val_bpb=0.8484, core=0.1602), "xsa1": dict(val_bpb=0.8457, core=0.1508)},
-    "d24": {"base": dict(val_bpb=0.7193, core=0.2593, chatcore=0.3638),
-            "xsa1": dict(val_bpb=0.7171, core=0.2606, chatcore=0.3682)},
-}
 RUN_METRICS = ("val_bpb", "core", "chatcore")
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
 EFFECT_METRICS = ("val_bpb", "core_bpb", "core_margin_bpb", "core", "diag_mass")

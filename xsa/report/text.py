@@ -118,7 +118,7 @@ def lr_checks(study, built) -> list[dict]:
         pair = sorted((c for c in sweeps if c.base.preset == preset), key=lambda c: c.base.get("xsa_alpha"))
         if len(pair) != 2:
             continue
-        base, xsa = ({a.get("matrix_lr"): a for a in c.all_arms()} for c in pair)
+        base, xsa = ({a.get("matrix_lr"): a for a in c.arms()} for c in pair)
         grid = sorted(base.keys() & xsa.keys())
         seeds = common_seeds(built["runs"], [a.name for arms in (base, xsa) for a in arms.values()])
         effects = {v: effect(built["runs"], base[v], xsa[v], "val_bpb", seeds) for v in grid}  # the check's seeds
@@ -144,7 +144,7 @@ def sweep_sentences(study, built) -> list[str]:
         if not isinstance(c, Sweep):
             continue
         rows = {r["arm"]: r for r in built["tables"].get(c.name, [])}
-        cells = sorted(((v, rows.get(a.name)) for v, a in zip(c.values(), c.all_arms())
+        cells = sorted(((v, rows.get(a.name)) for v, a in zip(c.values(), c.arms())
                         if rows.get(a.name) and rows[a.name]["n"]), key=lambda x: x[0])
         if not cells:
             continue
@@ -486,7 +486,7 @@ def results_comparisons(study, built, refs: Refs) -> str:
     for c in study.comparisons:
         if isinstance(c, Sweep) and c.field != "matrix_lr":
             rows = {r["arm"]: r for r in built["tables"].get(c.name, [])}
-            cells = [(a.get(c.field), rows.get(a.name)) for a in c.arms if rows.get(a.name) and rows[a.name]["n"]]
+            cells = [(a.get(c.field), rows.get(a.name)) for a in c.others if rows.get(a.name) and rows[a.name]["n"]]
             if cells:
                 excl = [v for v, r in cells if r["rel_ci95"].defined and r["rel_ci95"].excludes(0.0)]
                 out.append(f"**{SWEEP_LABELS.get(c.field, c.field)}** ({cells[0][1]['n']} seeds): the change against "
