@@ -73,14 +73,19 @@ def clock(device: torch.device) -> float:
     return time.process_time() if device.type == "cpu" else time.perf_counter()
 
 
+PEAK_CPU_N = 2048  # the CPU peak's matmul size (part of its cache key)
+
+
 def matmul_peak_flops(device: torch.device, seconds: float = 1.0, wall: bool = False) -> tuple[float, str]:
-    """Best measured FLOP/s of a square matmul: bf16 n=8192 on CUDA, fp32 n=1024 on CPU.
+    """Best measured FLOP/s of a square matmul: bf16 n=8192 on CUDA, fp32 n=2048 on CPU (large
+    enough that the kernel, not the call, sets the rate; the best of the repeats, so a busy core
+    lowers it less).
 
     Per second of `clock` (CPU time of this process on CPU, to compare with a CPU-time MFU), or of
     wall time with wall=True (to compare with a wall-clock tokens/s, as the training log does).
     """
     tick = time.perf_counter if wall else (lambda: clock(device))
-    dtype, n = (torch.bfloat16, 8192) if device.type == "cuda" else (torch.float32, 1024)
+    dtype, n = (torch.bfloat16, 8192) if device.type == "cuda" else (torch.float32, PEAK_CPU_N)
     gen = torch.Generator().manual_seed(0)  # leave the global RNG (and so training) untouched
     a = torch.randn(n, n, generator=gen).to(device, dtype)
     b = torch.randn(n, n, generator=gen).to(device, dtype)
@@ -103,7 +108,8 @@ def peak_flops(device: torch.device) -> float:
     import json
     import platform
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    key = f"{device.type}|{name}|threads={torch.get_num_threads()}|torch={torch.__version__}"
+    size = "" if device.type == "cuda" else f"|n={PEAK_CPU_N}"
+    key = f"{device.type}|{name}|threads={torch.get_num_threads()}|torch={torch.__version__}{size}"
     path = cache_dir() / "peak_flops.json"
     try:
         table = json.loads(path.read_text())

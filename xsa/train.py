@@ -345,6 +345,9 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         final_weights_sha256=ckpt.weights_sha256(model.state_dict()),
         train_loss_final=loop.train_loss, wall_time_s=loop.wall_time_s, cpu_time_s=loop.cpu_time_s,
         world_size=world, device=device_name(device),
+        # the MFU of the log: the model's FLOPs per token as it counts them, over this matmul peak
+        flops_per_token=model.estimate_flops(), peak_flops=peak_flops(device),
+        mfu=mfu(model.estimate_flops(), loop.timed_tokens, loop.train_clock_s, peak_flops(device), world),
     )
     if rank == 0:
         ckpt.save_model(out, model=model, config=cfg, step=step)
