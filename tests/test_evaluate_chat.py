@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from xsa.config import make_config
-from xsa.evaluate import chat, sft
+from xsa.evaluate import chat, sft, sft_data
 from conftest import TOK
 from xsa.model import GPT
 
@@ -73,8 +73,8 @@ def test_sharegpt_reader_keeps_complete_records_of_a_truncated_file(tmp_path):
     text = json.dumps(records, indent=2)
     path = tmp_path / "sg.whl"
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr(sft.SHAREGPT["member"], text[:text.rindex('"b"')])  # cut inside the last record
-    assert sft.sharegpt_conversations(path) == [[{"role": "user", "content": "hi"},
+        z.writestr(sft_data.SHAREGPT["member"], text[:text.rindex('"b"')])  # cut inside the last record
+    assert sft_data.sharegpt_conversations(path) == [[{"role": "user", "content": "hi"},
                                                  {"role": "assistant", "content": "hello"}]]
 
 

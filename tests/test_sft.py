@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from xsa.config import ConfigError, make_config
-from xsa.evaluate import sft
+from xsa.evaluate import sft, sft_data
 from conftest import TOK
 from xsa.model import GPT
 
@@ -35,7 +35,7 @@ def write_mixture(root):
     """The four files of NANOCHAT_FILES, tiny, laid out as <repository>/<file> under root."""
     tables = {"smoltalk": pa.table({"messages": SMOLTALK}), "arc_easy": pa.Table.from_pylist(ARC[:1]),
               "arc_challenge": pa.Table.from_pylist(ARC[1:]), "gsm8k": pa.Table.from_pylist(GSM8K)}
-    for name, (repo, file, _) in sft.NANOCHAT_FILES.items():
+    for name, (repo, file, _) in sft_data.NANOCHAT_FILES.items():
         path = root / repo / file
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(tables[name], path)
@@ -58,13 +58,13 @@ def _sorted(convs):
 
 def test_nanochat_mixture_reads_a_local_folder(tmp_path, monkeypatch):
     write_mixture(tmp_path / "sft")
-    monkeypatch.setenv(sft.DIR_ENV, str(tmp_path / "sft"))
+    monkeypatch.setenv(sft_data.DIR_ENV, str(tmp_path / "sft"))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing may be downloaded
-    convs, info = sft.nanochat_data(max_conversations=100)
+    convs, info = sft_data.nanochat_data(max_conversations=100)
     assert _sorted(convs) == _sorted(EXPECTED)
     assert info["conversations_per_source"] == {"smoltalk": 2, "arc_easy": 1, "arc_challenge": 1, "gsm8k": 1}
     assert info["conversations_used"] == 5
-    assert sft.nanochat_data(max_conversations=3)[0] == convs[:3]  # a fixed shuffle, then the cap
+    assert sft_data.nanochat_data(max_conversations=3)[0] == convs[:3]  # a fixed shuffle, then the cap
     # rendered for training: the loss falls on the replies only (the letter, the worked answer)
     learned = {c[0]["content"][:9]: [t for t, m in zip(*sft.examples(TOK, [c], 512)[0]) if m] for c in convs}
     assert learned["Pick two."] == [ord("B"), END]
@@ -75,15 +75,15 @@ def test_nanochat_mixture_reads_a_local_folder(tmp_path, monkeypatch):
 def test_nanochat_mixture_downloads_missing_files_from_the_hub(tmp_path, monkeypatch):
     hub = tmp_path / "hub"
     write_mixture(tmp_path / "files")
-    for repo, file, _ in sft.NANOCHAT_FILES.values():  # the hub's layout: datasets/<repo>/resolve/main/<file>
+    for repo, file, _ in sft_data.NANOCHAT_FILES.values():  # the hub's layout: datasets/<repo>/resolve/main/<file>
         dest = hub / "datasets" / repo / "resolve" / "main" / file
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes((tmp_path / "files" / repo / file).read_bytes())
     monkeypatch.setenv("HF_ENDPOINT", hub.as_uri())
-    monkeypatch.setenv(sft.DIR_ENV, str(tmp_path / "cache"))
-    convs, info = sft.nanochat_data(max_conversations=100)
+    monkeypatch.setenv(sft_data.DIR_ENV, str(tmp_path / "cache"))
+    convs, info = sft_data.nanochat_data(max_conversations=100)
     assert _sorted(convs) == _sorted(EXPECTED)
-    for repo, file, _ in sft.NANOCHAT_FILES.values():
+    for repo, file, _ in sft_data.NANOCHAT_FILES.values():
         assert (tmp_path / "cache" / repo / file).is_file()
     assert not list((tmp_path / "cache").rglob("*.part*"))  # written atomically
     assert info["files"][0].endswith("datasets/HuggingFaceTB/smol-smoltalk/resolve/main/data/train-00000-of-00004.parquet")
@@ -91,8 +91,8 @@ def test_nanochat_mixture_downloads_missing_files_from_the_hub(tmp_path, monkeyp
 
 def test_a_failed_download_names_the_folder_to_copy_the_files_into(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", (tmp_path / "empty").as_uri())
-    with pytest.raises(RuntimeError, match=sft.DIR_ENV):
-        sft.hub_file("openai/gsm8k", "main/train-00000-of-00001.parquet", tmp_path / "cache", retries=2, backoff=0)
+    with pytest.raises(RuntimeError, match=sft_data.DIR_ENV):
+        sft_data.hub_file("openai/gsm8k", "main/train-00000-of-00001.parquet", tmp_path / "cache", retries=2, backoff=0)
     assert not (tmp_path / "cache" / "openai/gsm8k/main/train-00000-of-00001.parquet").exists()
 
 
@@ -100,7 +100,7 @@ def test_a_parquet_file_without_the_column_fails_clearly(tmp_path):
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"text": ["a"]}), path)
     with pytest.raises(ValueError, match="no column 'messages'"):
-        sft.parquet_rows(path, ["messages"])
+        sft_data.parquet_rows(path, ["messages"])
 
 
 # -----------------------------------------------------------------------------
