@@ -123,6 +123,7 @@ class Context:
     notebooks: Path
     force: bool = False
     shard: tuple[int, int] = (0, 1)  # (K, N): this process runs job i when i % N == K
+    leave_out: tuple[str, ...] = ()  # run ids the paper leaves out on purpose (it names them)
 
     def mine(self, index: int) -> bool:
         return index % self.shard[1] == self.shard[0]
@@ -223,8 +224,9 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
                                    out_dir=str(lay.beside(stage, p, "figures")), **opts), [lay.throughput(p)], index=i)
                 for i, p in enumerate(s.throughput.get("presets", []))]
     if stage == "paper":
+        chosen = dict(leave_out=list(ctx.leave_out)) if ctx.leave_out else {}  # the notebook's default: none
         return [Job(stage, study_name, dict(study=study_name, results_dir=str(lay.results),
-                                            out_dir=str(lay.outputs)), [], always=True)]
+                                            out_dir=str(lay.outputs), **chosen), [], always=True)]
     raise ValueError(f"stage: unknown stage {stage!r} (choose from {', '.join(STAGES)})")
 
 
@@ -379,13 +381,16 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
-                 force: bool = False, shard: str = "0/1") -> dict:
+                 force: bool = False, shard: str = "0/1", leave_out=()) -> dict:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
     layout = Layout(Path(results).resolve(), Path(paper).resolve(), study)
     ctx = Context(get_study(study), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(), force,
-                  parse_shard(shard))
+                  parse_shard(shard), tuple(leave_out or ()))
+    if "paper" in stages:
+        from xsa.paper_checks import check_paper_stage
+        check_paper_stage(ctx.study, layout.paper, ctx.leave_out)  # before any stage runs
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
           flush=True)
@@ -418,9 +423,13 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=str(REPO_ROOT / "results"), help="results folder (default: results/)")
     p.add_argument("--paper", default=str(REPO_ROOT / "paper"), help="where the paper goes (default: paper/)")
     p.add_argument("--notebooks", default=None, help="folder of the stage notebooks (default: notebooks/)")
+    p.add_argument("--leave-out", nargs="+", default=[], metavar="RUN_ID",
+                   help="paper stage: leave these runs out on purpose (the paper names them); any other "
+                        "run with a missing or damaged record stops the paper")
     args = p.parse_args(argv)
     try:
-        run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard)
+        run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard,
+                     args.leave_out)
     except (StageError, ValueError) as e:
         print(f"pipeline stopped: {e}", file=sys.stderr)
         return 1

@@ -94,6 +94,20 @@ def read_jsonl(path) -> list[dict]:
     return out
 
 
+def check_steps(records: list[dict], path) -> list[dict]:
+    """The records of a metrics log, refused unless their steps strictly increase: a repeated or
+    earlier step means two runs wrote into one folder, or a file was doubled."""
+    last = None
+    for i, r in enumerate(records):
+        step = r.get("step")
+        if last is not None and (not isinstance(step, int) or step <= last):
+            what = "repeats" if step == last else "comes after"
+            raise ValueError(f"{path}: record {i + 1} has step {step!r}, which {what} step {last} "
+                             "(steps must strictly increase: two runs in one folder, or a doubled file)")
+        last = step
+    return records
+
+
 def sha256_file(path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
