@@ -315,8 +315,10 @@ def execute(job: Job, ctx: Context) -> Path:
                             cwd=str(REPO_ROOT), progress_bar=False, log_output=False)
     except Exception as e:  # papermill saved the notebook with the failing cell before raising
         msg = str(e).strip().splitlines()
+        # a damaged record set lists every file: keep the whole list, not only its last lines
+        tail = next((msg[i:] for i, line in enumerate(msg) if line.lstrip().startswith("RecordError:")), msg[-6:])
         raise StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
-                         + "\n  ".join(msg[-6:])) from None
+                         + "\n  ".join(tail)) from None
     check_outputs(job)
     nb = nbformat.read(str(record), as_version=4)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": expected_inputs(job)}
