@@ -149,6 +149,8 @@ def _run_problems(study, run, run_dir: Path) -> list[str]:
                 problems.append(f"{e}: no finite CORE score over its tasks (core {ev.get('core')!r})")
             elif (bad := _non_finite(ev.get("tasks"))) is not None:
                 problems.append(f"{e}: tasks.{bad} is not finite")
+            if (ev.get("core_detail") or {}).get("trained", {}).get("complete") is False:
+                problems.append(f"{e}: CORE scored a model that had not reached its horizon")
     if study.diagnostics:
         diag = _json(run_dir / "diagnostics.json", problems)
         if diag is not None and not diag.get("layers"):
