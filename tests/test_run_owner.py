@@ -5,6 +5,7 @@ impossible output places. All on the smoke preset."""
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -166,3 +167,16 @@ def test_out_under_a_regular_file_is_one_line(tmp_path):
                          capture_output=True, text=True, cwd=REPO_ROOT)
     assert res.returncode == 2 and f"out: {tmp_path / 'file'} is a file" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare for a read-only mount")
+def test_resume_on_a_read_only_disk_is_one_line_before_any_work(smoke_data, tmp_path):
+    ro = tmp_path / "ro"
+    run(make_config("smoke", eval_every=10, checkpoint_every=10), ro / "r", smoke_data, max_steps=10)
+    before = sorted((p.name, p.read_bytes()) for p in (ro / "r").iterdir() if p.is_file())
+    script = (f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && exec {sys.executable} -m xsa.train "
+              f"--preset smoke --out {ro / 'r'} --resume --no-progress --data-dir {smoke_data}")
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert res.returncode == 2 and f"cannot write the lock of {ro / 'r'}" in res.stderr, res.stderr
+    assert "Read-only file system" in res.stderr and "Traceback" not in res.stderr
+    assert sorted((p.name, p.read_bytes()) for p in (ro / "r").iterdir() if p.is_file()) == before

@@ -43,9 +43,9 @@ from xsa.common import autodetect_device, clock, device_name, dist_info, mfu, pe
 from xsa.config import PRESETS, ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
-from xsa.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, check_steps, provenance,
-                         read_json, read_jsonl, read_jsonl_tail)
+from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
 from xsa.runlock import RunFolderBusy, own_run
+from xsa.runlog import finished_summary, kept_log
 from xsa.step import Step
 
 EMA_BETA = 0.9
@@ -190,31 +190,6 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
     return saved, data_dir, tokenizer
 
 
-def _kept_log(out: Path, step: int, say: bool = False) -> tuple[list[dict], bool]:
-    """The metrics lines a resume at `step` keeps, and whether the line of `step` itself must be
-    redone (it was torn, or never written). A torn line is said aloud; repeated steps are refused."""
-    metrics = out / "metrics.jsonl"
-    if not (metrics.exists() and step):
-        return [], False
-    records, torn = read_jsonl_tail(metrics)
-    kept = check_steps([r for r in records if r["step"] <= step], metrics)
-    lost = not kept or kept[-1]["step"] != step
-    if torn and say:
-        print0(f"warning: {metrics}:{torn}: a torn last line (a killed writer) was dropped"
-               + (f"; the record of step {step} is redone from its checkpoint" if lost else ""))
-    return kept, lost
-
-
-def _finished(out: Path, cfg: TrainConfig) -> dict | None:
-    """The summary of a run already trained to its horizon with its whole log, else None."""
-    if not (out / "summary.json").exists():
-        return None
-    summary = read_json(out / "summary.json")
-    kept, lost = _kept_log(out, cfg.num_iterations)
-    done = summary.get("complete") is True and summary.get("config_hash") == cfg.config_hash()
-    return summary if done and not lost else None
-
-
 def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) -> None:
     """(rank 0) Write config.json; keep the metrics lines up to the checkpoint resumed from."""
     if saved is None and out.exists():
@@ -222,7 +197,7 @@ def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) ->
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
     # a killed run may have logged past its last checkpoint: drop those lines, they are redone
-    kept, _ = _kept_log(out, step) if saved is not None else ([], False)
+    kept, _ = kept_log(out, step) if saved is not None else ([], False)
     atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
@@ -267,7 +242,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     # open the run: folder, data, tokenizer
     t_wall, t_cpu = time.time(), time.process_time()
     saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world)
-    if saved is not None and (done := _finished(out, cfg)) is not None:
+    if saved is not None and (done := finished_summary(out, cfg)) is not None:
         print0(f"{out}: already trained to its horizon ({cfg.num_iterations} steps); nothing was changed")
         return done
     B, T = cfg.device_batch_size, cfg.model.sequence_len
@@ -285,7 +260,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
         loop = Loop.from_dict(loop_state)
         print0(f"resuming {out} at step {step}")
-    redo = saved is not None and _kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
+    redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
         _start_log(out, cfg, saved, data_dir, step)
     _barrier(is_ddp)
