@@ -120,7 +120,8 @@ def record_cases(env: Env) -> list:
         verdict = judge_error(res, RUN, lost)
         if verdict == "clear" and built:
             verdict = "unclear"  # refused, but only after writing
-        out.append(("records", name, verdict, res.returncode, _tail(res)))
+        named = [x.strip() for x in res.stderr.splitlines() if RUN in x and "Traceback" not in x]
+        out.append(("records", name, verdict, res.returncode, named[0][-150:] if named else _tail(res)))
     # leaving a run out on purpose: the paper is built and names it
     case = env.fresh()
     shutil.rmtree(case / "results" / "runs" / RUN)
