@@ -26,6 +26,10 @@ pipeline before the notebook runs.
 evaluate and diagnostics jobs have the run's index, so they land in the shard that trained it;
 the study-wide stages (validation, paper) belong to shard 0. Build the data first (--stages
 validation data), and the paper after every shard has finished (--stages paper).
+
+The paper stage builds only from a whole record set (xsa/report/integrity.py): a damaged or
+missing record stops it before it writes; `--leave-out RUN_ID ...` leaves runs out on purpose,
+and the paper names them.
 """
 
 from __future__ import annotations

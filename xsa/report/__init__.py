@@ -8,6 +8,7 @@ results/throughput/<preset>.json; iterates the study's comparisons and claims (x
 the design of the study lives in one place. Everything is deterministic: the same records give the
 same bytes.
 
+- integrity: the study's record set checked whole before anything is written (validate)
 - records: reading run folders back, per-seed values of an arm
 - stats:   t-intervals, paired differences, contrasts (pure functions)
 - tables:  the table builders and the one table writer
