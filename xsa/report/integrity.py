@@ -12,7 +12,7 @@ paper stage first checks every run the study declares:
   mixed in one file), every number in it is finite, and its last line is the evaluation at the
   horizon, the val bpb the summary reports;
 - every run the study scores has a complete CORE record (eval.json: all tasks, a finite CORE);
-- diagnostics.json, where the study runs diagnostics, has its per-layer values.
+- diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values.
 
 Any failure raises RecordError listing every file and what is wrong with it. A run the user leaves
 out on purpose (`leave_out`) is not checked, and the paper names it.
@@ -151,10 +151,9 @@ def _run_problems(study, run, run_dir: Path) -> list[str]:
                 problems.append(f"{e}: tasks.{bad} is not finite")
             if (ev.get("core_detail") or {}).get("trained", {}).get("complete") is False:
                 problems.append(f"{e}: CORE scored a model that had not reached its horizon")
-    if study.diagnostics:
-        diag = _json(run_dir / "diagnostics.json", problems)
-        if diag is not None and not diag.get("layers"):
-            problems.append(f"{run_dir / 'diagnostics.json'}: no per-layer diagnostics")
+    diag = _json(run_dir / "diagnostics.json", problems)  # the diagnostics stage runs for every run
+    if diag is not None and not diag.get("layers"):
+        problems.append(f"{run_dir / 'diagnostics.json'}: no per-layer diagnostics")
     return problems
 
 
