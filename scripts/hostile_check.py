@@ -173,7 +173,7 @@ def slow_training(env: Env, out: Path, *extra, wait_lines: int = 2):
     p = subprocess.Popen([sys.executable, "-c", SLOW, *train_cmd(out, *extra)[2:]], env=env.env, cwd=env.code,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while time.time() < deadline and p.poll() is None:
+    while wait_lines and time.time() < deadline and p.poll() is None:
         m = out / "metrics.jsonl"
         if m.exists() and m.read_text().count("\n") >= wait_lines:
             break
@@ -185,12 +185,21 @@ def folder_cases(env: Env) -> list:
     out = []
     t = env.tmp / "folders"
     t.mkdir()
-    # two trainings into one folder at once, the same arguments and different alphas
-    for name, second in (("two trainings, same arguments, at once", ("--alpha", "1")),
-                         ("two trainings, alpha 1 and alpha 0.5, at once", ("--alpha", "0.5"))):
+    # two processes on one folder: started together; a second run (alpha 0.5, --overwrite) or a
+    # --resume of the same run while the first trains
+    races = (("two trainings, same arguments, started together", ("--alpha", "1"), True),
+             ("alpha 0.5 --overwrite into a folder training alpha 1", ("--alpha", "0.5", "--overwrite"), False),
+             ("--resume of a run while it trains", ("--alpha", "1", "--resume"), False))
+    for name, second, together in races:
         d = t / f"race{len(out)}"
-        a = slow_training(env, d, "--alpha", "1")
-        b = env.py(*train_cmd(d, *second))
+        if together:
+            a = slow_training(env, d, "--alpha", "1", wait_lines=0)
+            b = slow_training(env, d, *second, wait_lines=0)
+            b_out, b_err = b.communicate(timeout=600)
+            b = subprocess.CompletedProcess(b.args, b.returncode, b_out, b_err)
+        else:
+            a = slow_training(env, d, "--alpha", "1", wait_lines=12)  # past its checkpoint at step 10
+            b = env.py(*train_cmd(d, *second))
         a.communicate(timeout=600)
         steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()] \
             if (d / "metrics.jsonl").exists() else []
@@ -198,9 +207,13 @@ def folder_cases(env: Env) -> list:
         whole = steps == list(range(31)) and alpha == 1.0
         if b.returncode == 0 and a.returncode == 0:
             v = "silent"
+        elif a.returncode != 0 and b.returncode != 0:
+            v = "unclear"
         else:
-            v = judge_error(b, str(d)) if whole and a.returncode == 0 else "data loss"
-        out.append(("folders", name, v, b.returncode, _tail(b)))
+            loser = b if b.returncode else a
+            v = judge_error(loser, str(d)) if whole or (together and steps == list(range(31))) else "data loss"
+        note = f"first rc={a.returncode}; steps logged {len(steps)} (unique {len(set(steps))}), alpha {alpha}; "
+        out.append(("folders", name, v, b.returncode, note + _tail(b)))
     # a finished run resumed
     d = t / "finished"
     env.py(*train_cmd(d))
@@ -314,14 +327,18 @@ def folder_cases(env: Env) -> list:
 ADD = {"prompt": 'def add(a, b):\n    """Add two numbers."""\n', "entry_point": "add",
        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"}
 WRONG = "def add(a, b):\n    return a - b\n"
+# print every string constant of the program's own code object (the old pass token was one), exit 0
+FORGE_CODE_OBJECT = ("import sys, os\nfor c in sys._getframe().f_code.co_consts:\n    print(c)\n"
+                     "sys.stdout.flush()\nos._exit(0)\n")
+# when a failing assert ends the program, print the constants of every frame it passed, exit 0
+FORGE_EXCEPTHOOK = ("import sys, os\ndef hook(kind, error, tb):\n    while tb:\n"
+                    "        [print(c) for c in tb.tb_frame.f_code.co_consts if isinstance(c, str)]\n"
+                    "        tb = tb.tb_next\n    sys.stdout.flush()\n    os._exit(0)\nsys.excepthook = hook\n")
 SANDBOX = {  # name: (reply, should pass)
     "right answer (control)": ("def add(a, b):\n    return a + b\n", True),
     "wrong answer (control)": (WRONG, False),
-    "token from its own code object": (WRONG + "import sys, os\nfor c in sys._getframe().f_code.co_consts:\n"
-                                       "    print(c)\nos._exit(0)\n", False),
-    "token printed from an exception hook": (WRONG + "import sys, os\ndef hook(*a):\n    f = sys._getframe(1)\n"
-                                             "    [print(c) for c in f.f_code.co_consts if isinstance(c, str)]\n"
-                                             "    sys.stdout.flush()\n    os._exit(0)\nsys.excepthook = hook\n", False),
+    "token from its own code object": (WRONG + FORGE_CODE_OBJECT, False),
+    "token printed from an exception hook": (WRONG + FORGE_EXCEPTHOOK, False),
     "forged replies on every descriptor": (WRONG + "import os\nfor fd in range(3, 64):\n    try:\n"
                                            "        os.write(fd, repr(('ok', 5)).encode() + b'\\n' * 50)\n"
                                            "    except OSError:\n        pass\n", False),

@@ -57,17 +57,21 @@ def test_leaving_before_the_tests_run_is_not_a_pass(exit):
 # its output): each scored a pass there. Here the tests run in the harness, so each is a failure.
 FORGERIES = {
     # print every string constant of the program's own code object (the token was one), exit 0
-    "token from the code object": "import sys, os\n"
-                                  "for c in sys._getframe().f_code.co_consts:\n    print(c)\nos._exit(0)\n",
-    # a failing assert raises; a hook prints the token and ends with status 0
-    "token from an exception hook": "import sys, os\n"
-                                    "def hook(*a):\n    [print(c) for c in sys._getframe(1).f_code.co_consts "
-                                    "if isinstance(c, str)]\n    sys.stdout.flush()\n    os._exit(0)\n"
+    "token from the code object": "import sys, os\nfor c in sys._getframe().f_code.co_consts:\n    print(c)\n"
+                                  "sys.stdout.flush()\nos._exit(0)\n",
+    # a failing assert ends the program: a hook prints the constants of every frame it passed, exits 0
+    "token from an exception hook": "import sys, os\ndef hook(kind, error, tb):\n    while tb:\n"
+                                    "        [print(c) for c in tb.tb_frame.f_code.co_consts if isinstance(c, str)]\n"
+                                    "        tb = tb.tb_next\n    sys.stdout.flush()\n    os._exit(0)\n"
                                     "sys.excepthook = hook\n",
     # write forged replies into every descriptor the program might share with the harness
     "forged replies": "import os\nfor fd in range(3, 64):\n    try:\n"
                       "        os.write(fd, repr(('ok', True)).encode() + b'\\n' * 100)\n"
                       "    except OSError:\n        pass\n",
+    # an answer that compares equal to anything the tests expect
+    "an object equal to everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
+                                     "    def __repr__(self):\n        return '0'\n"
+                                     "def add(a, b):\n    return Any()\n",
     # claim the pass in every form the harness might look for, then leave with status 0
     "printed verdict": "print('passed')\nprint(True)\nraise SystemExit(0)\n",
 }
