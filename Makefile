@@ -75,6 +75,7 @@ reproduce: setup tcmalloc
 	@test -n "$(RUN)" || { echo "usage: make reproduce RUN=<run id> (a folder of results/runs)"; exit 2; }
 	$(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)) OMP_NUM_THREADS=1 $(PY) -m xsa.reproduce --run $(RUN)
 
-# the paper stage alone: tables, figures and paper from whatever records results/ holds
+# the paper stage alone: tables, figures and paper from the records results/ holds (every run of the
+# study whole, or LEAVE_OUT="<run id> ..." named on purpose)
 report: setup
-	$(PIPELINE) --stages paper
+	$(PIPELINE) --stages paper $(if $(LEAVE_OUT),--leave-out $(LEAVE_OUT))

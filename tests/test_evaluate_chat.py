@@ -48,17 +48,26 @@ HUMANEVAL = {"prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n", "entry_point": 
 
 
 def test_humaneval_runner_passes_right_and_fails_wrong_code():
-    assert chat.run_program(chat.humaneval_program(HUMANEVAL, "    return a + b\n"))[0]
-    assert chat.run_program(chat.humaneval_program(HUMANEVAL, "```python\ndef add(a, b):\n    return a + b\n```"))[0]
-    ok, status = chat.run_program(chat.humaneval_program(HUMANEVAL, "    return a - b\n"))
+    assert chat.run_humaneval(HUMANEVAL, "    return a + b\n")[0]
+    assert chat.run_humaneval(HUMANEVAL, "```python\ndef add(a, b):\n    return a + b\n```")[0]
+    ok, status = chat.run_humaneval(HUMANEVAL, "    return a - b\n")
     assert not ok and "AssertionError" in status
 
 
 def test_humaneval_runner_kills_a_looping_program_at_its_time_limit():
     t0 = time.monotonic()
-    ok, status = chat.run_program(chat.humaneval_program(HUMANEVAL, "    while True:\n        pass\n"), timeout=1.0)
+    ok, status = chat.run_humaneval(HUMANEVAL, "    while True:\n        pass\n", timeout=1.0)
     assert (ok, status) == (False, "timeout")
     assert time.monotonic() - t0 < 5
+
+
+def test_replies_are_plain_values_only():
+    from xsa.evaluate.calls import literal
+    assert literal("('ok', [1, -2.5, inf, (None, True), {'a': {1, 2}}, set(), b'x', 1+2j])") == (
+        "ok", [1, -2.5, float("inf"), (None, True), {"a": {1, 2}}, set(), b"x", 1 + 2j])
+    for text in ("__import__('os')", "print(1)", "x", "(lambda: 1)()", "[1][0]", "{**{}}"):
+        with pytest.raises(ValueError):
+            literal(text)
 
 
 def test_humaneval_runner_limits_memory():

@@ -49,8 +49,52 @@ def open_dir():
 @pytest.mark.parametrize("exit", ["import os\nos._exit(0)", "raise SystemExit(0)", "import sys\nsys.exit()"])
 def test_leaving_before_the_tests_run_is_not_a_pass(exit):
     reply = f"```python\ndef add(a, b):\n    return a - b\n\n{exit}\n```"  # wrong, and leaves before check()
-    ok, status = sandbox.run_program(chat.humaneval_program(ADD, reply), timeout=LONG)
+    ok, status = chat.run_humaneval(ADD, reply, timeout=LONG)
     assert (ok, status) == (False, "exited before its tests finished")
+
+
+# The forgeries of the old pass signal (a token the harness appended to the program and looked for in
+# its output): each scored a pass there. Here the tests run in the harness, so each is a failure.
+FORGERIES = {
+    # print every string constant of the program's own code object (the token was one), exit 0
+    "token from the code object": "import sys, os\nfor c in sys._getframe().f_code.co_consts:\n    print(c)\n"
+                                  "sys.stdout.flush()\nos._exit(0)\n",
+    # a failing assert ends the program: a hook prints the constants of every frame it passed, exits 0
+    "token from an exception hook": "import sys, os\ndef hook(kind, error, tb):\n    while tb:\n"
+                                    "        [print(c) for c in tb.tb_frame.f_code.co_consts if isinstance(c, str)]\n"
+                                    "        tb = tb.tb_next\n    sys.stdout.flush()\n    os._exit(0)\n"
+                                    "sys.excepthook = hook\n",
+    # write forged replies into every descriptor the program might share with the harness
+    "forged replies": "import os\nfor fd in range(3, 64):\n    try:\n"
+                      "        os.write(fd, repr(('ok', True)).encode() + b'\\n' * 100)\n"
+                      "    except OSError:\n        pass\n",
+    # an answer that compares equal to anything the tests expect
+    "an object equal to everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
+                                     "    def __repr__(self):\n        return '0'\n"
+                                     "def add(a, b):\n    return Any()\n",
+    # claim the pass in every form the harness might look for, then leave with status 0
+    "printed verdict": "print('passed')\nprint(True)\nraise SystemExit(0)\n",
+}
+
+
+@pytest.mark.parametrize("forgery", FORGERIES.values(), ids=FORGERIES.keys())
+def test_a_pass_cannot_be_forged_from_inside_the_program(forgery):
+    reply = f"```python\ndef add(a, b):\n    return a - b\n\n{forgery}```"  # wrong answers
+    ok, status = chat.run_humaneval(ADD, reply, timeout=LONG)
+    assert not ok, status
+    right = f"```python\ndef add(a, b):\n    return a + b\n```"
+    assert chat.run_humaneval(ADD, right, timeout=LONG) == (True, "passed")  # the check itself works
+
+
+def test_the_tests_never_enter_the_program():
+    """The program sees the calls' arguments, never the expected values."""
+    secret = ADD | {"test": "def check(candidate):\n    assert candidate(2, 3) == 5, 'expected-value-7d3f'\n"}
+    reply = ("```python\nimport sys\ndef add(a, b):\n"
+             "    return [str(c) for c in sys._getframe(1).f_code.co_consts] + [repr(sys.modules)]\n```")
+    ok, status = chat.run_humaneval(secret, reply, timeout=LONG)
+    assert not ok and "expected-value-7d3f" in status  # the assert's message: raised here, in the harness
+    program = chat.humaneval_program(secret, reply)
+    assert "expected-value-7d3f" not in program and "check" not in program
 
 
 def test_the_wall_clock_holds_while_a_setsid_child_keeps_stderr_open():

@@ -201,6 +201,8 @@ def validation_rows(run_dir: Path, train_config, batch_size: int, batches: int, 
     if not (Path(data_dir) / "shards").is_dir():
         raise FileNotFoundError(f"{data_dir}: no validation shards (build them with "
                                 f"`python -m xsa.data build --subset {train_config.data}`)")
+    from xsa.data.shards import check_files
+    check_files(Path(data_dir), full=True, prefix="shards/val_")  # a damaged shard would give other rows
     T = train_config.model.sequence_len
     xs = [x for x, _ in val_batches(Path(data_dir), batch_size=batch_size, seq_len=T,
                                     max_tokens=batches * batch_size * T, device=device)]
@@ -263,8 +265,10 @@ def write_diagnostics(run_dir, out=None, batch_size: int = 8, batches: int = 1, 
     out = Path(out) if out else Path(run_dir) / "diagnostics.json"
     if out.is_dir():
         raise ValueError(f"out: {out} is a folder, not a JSON file")
-    result = run_diagnostics(run_dir, batch_size=batch_size, batches=batches, device=device)
-    atomic_write_json(out, result)
+    from xsa.runlock import own_run
+    with own_run(run_dir, "diagnostics", shared=True):  # never beside a training of the folder
+        result = run_diagnostics(run_dir, batch_size=batch_size, batches=batches, device=device)
+        atomic_write_json(out, result)
     return result
 
 
@@ -339,7 +343,7 @@ def main(argv=None):
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
     try:
         result = write_diagnostics(run_dir, out, batch_size=args.batch_size, batches=args.batches, device=args.device)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError, RuntimeError) as e:  # RunFolderBusy is a RuntimeError
         p.error(str(e))
     for layer in result["layers"]:
         print(f"layer {layer['layer']:2d} alpha={layer['xsa_alpha']:.2f} "

@@ -26,6 +26,10 @@ pipeline before the notebook runs.
 evaluate and diagnostics jobs have the run's index, so they land in the shard that trained it;
 the study-wide stages (validation, paper) belong to shard 0. Build the data first (--stages
 validation data), and the paper after every shard has finished (--stages paper).
+
+The paper stage builds only from a whole record set (xsa/report/integrity.py): a damaged or
+missing record stops it before it writes; `--leave-out RUN_ID ...` leaves runs out on purpose,
+and the paper names them.
 """
 
 from __future__ import annotations
@@ -123,6 +127,7 @@ class Context:
     notebooks: Path
     force: bool = False
     shard: tuple[int, int] = (0, 1)  # (K, N): this process runs job i when i % N == K
+    leave_out: tuple[str, ...] = ()  # run ids the paper leaves out on purpose (it names them)
 
     def mine(self, index: int) -> bool:
         return index % self.shard[1] == self.shard[0]
@@ -231,8 +236,9 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
                                    out_dir=str(lay.beside(stage, p, "figures")), **opts), [lay.throughput(p)], index=i)
                 for i, p in enumerate(s.throughput.get("presets", []))]
     if stage == "paper":
+        chosen = dict(leave_out=list(ctx.leave_out)) if ctx.leave_out else {}  # the notebook's default: none
         return [Job(stage, study_name, dict(study=study_name, results_dir=str(lay.results),
-                                            out_dir=str(lay.outputs)), [], always=True)]
+                                            out_dir=str(lay.outputs), **chosen), [], always=True)]
     raise ValueError(f"stage: unknown stage {stage!r} (choose from {', '.join(STAGES)})")
 
 
@@ -329,8 +335,10 @@ def execute(job: Job, ctx: Context) -> Path:
                             cwd=str(REPO_ROOT), progress_bar=False, log_output=False)
     except Exception as e:  # papermill saved the notebook with the failing cell before raising
         msg = str(e).strip().splitlines()
+        # a damaged record set lists every file: keep the whole list, not only its last lines
+        tail = next((msg[i:] for i, line in enumerate(msg) if line.lstrip().startswith("RecordError:")), msg[-6:])
         raise StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
-                         + "\n  ".join(msg[-6:])) from None
+                         + "\n  ".join(tail)) from None
     check_outputs(job)
     nb = nbformat.read(str(record), as_version=4)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
@@ -396,13 +404,16 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
-                 force: bool = False, shard: str = "0/1") -> dict:
+                 force: bool = False, shard: str = "0/1", leave_out=()) -> dict:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
     layout = Layout(Path(results).resolve(), Path(paper).resolve(), study)
-    ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(), force,
-                  parse_shard(shard))
+    ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(),
+                  force, parse_shard(shard), tuple(leave_out or ()))
+    if "paper" in stages:
+        from xsa.paper_checks import check_paper_stage
+        check_paper_stage(ctx.study, layout.paper, ctx.leave_out)  # before any stage runs
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
           flush=True)
@@ -438,6 +449,9 @@ def main(argv=None) -> int:
     p.add_argument("--status", action="store_true",
                    help="print how many of the study's declared runs are trained; exit 0 when all are, 3 when not "
                         "(an adaptive study declares more runs as records land: `make study` trains until 0)")
+    p.add_argument("--leave-out", nargs="+", default=[], metavar="RUN_ID",
+                   help="paper stage: leave these runs out on purpose (the paper names them); any other "
+                        "run with a missing or damaged record stops the paper")
     args = p.parse_args(argv)
     if args.status:
         study = get_study(args.study, Path(args.results).resolve())
@@ -446,7 +460,8 @@ def main(argv=None) -> int:
         print(f"study {args.study}: {done} of {len(study.runs)} declared runs trained", flush=True)
         return 0 if done == len(study.runs) else 3
     try:
-        run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard)
+        run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard,
+                     args.leave_out)
     except (StageError, ValueError) as e:
         print(f"pipeline stopped: {e}", file=sys.stderr)
         return 1

@@ -22,8 +22,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def atomic_write_bytes(path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _named(e, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -31,10 +34,17 @@ def atomic_write_bytes(path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes files private; records are meant to be read
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):  # a full disk, say: name the file (the old one, if any, is intact)
+            raise _named(e, path) from None
         raise
+
+
+def _named(error: OSError, path) -> OSError:
+    """The same OSError (class and errno), with a message that names the file written."""
+    return type(error)(error.errno, f"cannot write {path} ({error.strerror or error})")
 
 
 def atomic_write_text(path, text: str) -> None:
@@ -56,9 +66,12 @@ def atomic_torch_save(path, obj: Any) -> None:
 
 def append_jsonl(path, record: dict) -> None:
     """Append one JSON line (a line is written whole; a torn last line is dropped by read_jsonl)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.flush()
+    except OSError as e:
+        raise _named(e, path) from None
 
 
 def read_json(path) -> Any:
@@ -74,11 +87,17 @@ def read_json(path) -> Any:
 def read_jsonl(path) -> list[dict]:
     """All complete lines of a JSONL file of objects; a torn final line (a killed writer) is ignored,
     anything else that is not a JSON object names the file and line."""
+    return read_jsonl_tail(path)[0]
+
+
+def read_jsonl_tail(path) -> tuple[list[dict], int | None]:
+    """(records, the number of a torn last line or None): read_jsonl, saying what it dropped."""
     out = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    lines = text.splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -86,12 +105,26 @@ def read_jsonl(path) -> list[dict]:
             record = json.loads(line)
         except json.JSONDecodeError:
             if i == len(lines) - 1:
-                break
+                return out, i + 1
             raise ValueError(f"{path}:{i + 1}: corrupt JSON line") from None
         if not isinstance(record, dict):
             raise ValueError(f"{path}:{i + 1}: expected a JSON object, got {type(record).__name__}")
         out.append(record)
-    return out
+    return out, None
+
+
+def check_steps(records: list[dict], path) -> list[dict]:
+    """The records of a metrics log, refused unless their steps strictly increase: a repeated or
+    earlier step means two runs wrote into one folder, or a file was doubled."""
+    last = None
+    for i, r in enumerate(records):
+        step = r.get("step")
+        if last is not None and (not isinstance(step, int) or step <= last):
+            what = "repeats" if step == last else "comes after"
+            raise ValueError(f"{path}: record {i + 1} has step {step!r}, which {what} step {last} "
+                             "(steps must strictly increase: two runs in one folder, or a doubled file)")
+        last = step
+    return records
 
 
 def sha256_file(path, chunk: int = 1 << 20) -> str:

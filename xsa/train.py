@@ -23,6 +23,7 @@ optimizers, loop values and RNG states.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -43,6 +44,8 @@ from xsa.config import PRESETS, ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
 from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
+from xsa.runlock import RunFolderBusy, own_run
+from xsa.runlog import finished_summary, kept_log
 from xsa.step import Step
 
 EMA_BETA = 0.9
@@ -147,8 +150,9 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
     if own_group:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
-        return _train(cfg, Path(out_dir), resume, overwrite, max_steps, data_dir, device,
-                      progress, is_ddp, rank, world)
+        with own_run(out_dir, "training") if rank == 0 else contextlib.nullcontext():  # one owner per folder
+            return _train(cfg, Path(out_dir), resume, overwrite, max_steps, data_dir, device,
+                          progress, is_ddp, rank, world)
     finally:
         if own_group:
             dist.destroy_process_group()
@@ -193,10 +197,9 @@ def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) ->
         shutil.rmtree(out)  # --overwrite of a run folder (checked above)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
-    metrics = out / "metrics.jsonl"
     # a killed run may have logged past its last checkpoint: drop those lines, they are redone
-    kept = [r for r in read_jsonl(metrics) if r["step"] <= step] if metrics.exists() and step else []
-    atomic_write_text(metrics, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+    kept, _ = kept_log(out, step) if saved is not None else ([], False)
+    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
 def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
@@ -241,6 +244,9 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     # open the run: folder, data, tokenizer
     t_wall, t_cpu = time.time(), time.process_time()
     saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world)
+    if saved is not None and (done := finished_summary(out, cfg)) is not None:
+        print0(f"{out}: already trained to its horizon ({cfg.num_iterations} steps); nothing was changed")
+        return done
     B, T = cfg.device_batch_size, cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
 
@@ -256,6 +262,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
         loop = Loop.from_dict(loop_state)
         print0(f"resuming {out} at step {step}")
+    redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
         _start_log(out, cfg, saved, data_dir, step)
     _barrier(is_ddp)
@@ -270,9 +277,9 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     ema = torch.tensor(loop.ema, dtype=ema_dtype, device=device)
     print0(f"{cfg.preset}: {model.num_params():,} params, {cfg.num_iterations} steps of {cfg.total_batch_size:,} "
            f"tokens ({grad_accum} micro-batches x {world} ranks), device {device_name(device)}")
-    if step == 0:
-        loop.val_bpb = (record := evaluate())["val_bpb"]
-        write({"step": 0, **record})
+    if step == 0 or (redo and (step % cfg.eval_every == 0 or step == cfg.num_iterations)):
+        loop.val_bpb = (record := evaluate())["val_bpb"]  # the initial model's, or a lost line's again
+        write({"step": step, **record})
 
     # the loop: one update per iteration; the logged loss is the only host sync of a plain step
     pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
@@ -397,8 +404,13 @@ def main(argv=None):
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except RunFolderBusy as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
     except (ConfigError, FileExistsError, FileNotFoundError, PermissionError, ValueError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")  # bad input: one line, exit 2, as argparse does
+    except OSError as e:  # a full disk, a read-only one: the message names the file
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     print0(f"{out}: val bpb {summary['val_bpb']:.4f} after {summary['steps']} steps "
            f"({summary['tok_per_s'] or 0:,.0f} tok/s)")
 

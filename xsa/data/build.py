@@ -219,6 +219,7 @@ def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None =
     num_train = climbmix.num_train_shards(tokens) if DATA_SUBSETS[subset]["corpus"] == "climbmix" else None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out_dir.parent / f".{out_dir.name}.lock")):  # one builder per directory
+        _remove_stale(out_dir)
         if (out_dir / COMPLETE).exists() and not force:
             _warn_if_fewer_shards(out_dir, num_train)
             return Path(given)
@@ -235,6 +236,16 @@ def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None =
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Path(given)
+
+
+def _remove_stale(out_dir: Path) -> None:
+    """Remove what killed builds of DIR left beside it (.DIR.building-<pid>, .DIR.old-<pid>): under
+    the lock no other builder of DIR is alive, so every such folder is a leftover."""
+    for pattern in (f".{out_dir.name}.building-*", f".{out_dir.name}.old-*"):
+        for stale in sorted(out_dir.parent.glob(pattern)):
+            if stale.is_dir() and not stale.is_symlink():
+                print(f"data: removing {stale}, left by a build that was killed", flush=True)
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def _warn_if_fewer_shards(out_dir: Path, num_train: int | None) -> None:

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from xsa.evaluate.run import evaluate_run_chat, evaluate_run_core
+from xsa.runlock import RunFolderBusy
 
 
 def main(argv=None):
@@ -53,7 +54,7 @@ def main(argv=None):
             update = evaluate_run_core(args.run, batch_tokens=args.batch_tokens, **common)
         else:
             update = evaluate_run_chat(args.run, sft_steps=args.sft_steps, sft_data=args.sft_data, **common)
-    except (ValueError, FileNotFoundError, OSError) as e:  # ConfigError and BundleError are ValueErrors
+    except (ValueError, FileNotFoundError, OSError, RunFolderBusy) as e:  # ConfigError, BundleError: ValueErrors
         parser.error(str(e))
     out = args.out or args.run / "eval.json"
     if args.command == "core":

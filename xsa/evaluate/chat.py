@@ -94,12 +94,31 @@ def extract_code(reply: str) -> str:
 
 
 def humaneval_program(item: dict, reply: str) -> str:
+    """The candidate's program: the prompt and the reply, without the tests (they run outside it)."""
     code = extract_code(reply)
     if f"def {item['entry_point']}" not in code:  # a body only: continue the given signature
-        code = item["prompt"] + code
-    else:  # a whole function: keep the prompt's imports and helpers in front
-        code = item["prompt"] + "\n    pass\n\n" + code
-    return f"{code}\n\n{item['test']}\n\ncheck({item['entry_point']})\n"
+        return item["prompt"] + code + "\n"
+    return item["prompt"] + "\n    pass\n\n" + code + "\n"  # a whole function: the prompt's imports and helpers first
+
+
+def humaneval_tests(item: dict):
+    """client(call): the item's check() run in this process on the candidate's answers. The prompt
+    is run first for its imports and helpers, which some tests use (HumanEval/32's poly, say);
+    its own function is the stub, never the candidate."""
+    namespace: dict = {}
+    try:
+        exec(compile(item["prompt"], "prompt.py", "exec"), namespace)
+    except Exception:  # a prompt that does not run alone: the tests get no helpers
+        namespace = {}
+    exec(compile(item["test"], "test.py", "exec"), namespace)
+    return lambda call: namespace["check"](call)
+
+
+def run_humaneval(item: dict, reply: str, timeout: float = 5.0, memory_mb: int = 512):
+    """Outcome (passed, status) of a reply: the program in the sandbox serves its function, the
+    tests judge it from here (xsa/evaluate/calls.py)."""
+    return run_program(humaneval_program(item, reply), timeout=timeout, memory_mb=memory_mb,
+                       serve=item["entry_point"], client=humaneval_tests(item))
 
 
 # -----------------------------------------------------------------------------
@@ -148,8 +167,8 @@ def evaluate_chatcore(model, tokenizer, bundle: Path, max_len: int, device="cpu"
                                                    gen_tokens, max_len)) == final_number(it["answer"])
                        for it in tqdm(items, desc=label, leave=False)]
         else:
-            correct = [run_program(humaneval_program(it, generate_reply(
-                model, tokenizer, render_prompt(tokenizer, humaneval_question(it)), gen_tokens, max_len)))[0]
+            correct = [run_humaneval(it, generate_reply(
+                model, tokenizer, render_prompt(tokenizer, humaneval_question(it)), gen_tokens, max_len))[0]
                 for it in tqdm(items, desc=label, leave=False)]
         acc = sum(correct) / len(correct)
         tasks[label] = {"n": len(correct), "accuracy": acc, "centered": (acc - baseline) / (1 - baseline)}

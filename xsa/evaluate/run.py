@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 from filelock import FileLock
 
 from xsa.common import autodetect_device, device_name
 from xsa.records import atomic_write_json, check_out, provenance, read_json
+from xsa.runlock import own_run
 
 
 def merge_json(path, update: dict) -> dict:
@@ -21,6 +23,31 @@ def merge_json(path, update: dict) -> dict:
         current.update(update)
         atomic_write_json(path, current)
     return current
+
+
+def check_merge_target(out) -> Path:
+    """check_out, and the file, if there, must hold a JSON object to merge into: found before the
+    evaluation runs, not after every task was scored."""
+    out = check_out(out)
+    if out.exists():
+        current = read_json(out)  # corrupt JSON: a ValueError naming the file
+        if not isinstance(current, dict):
+            raise ValueError(f"out: {out} holds a JSON {type(current).__name__}, not an object the results "
+                             "can be merged into; choose another --out or move it away")
+    return out
+
+
+def trained_state(run_dir) -> dict:
+    """Which model is scored: the step of the run and whether it reached its horizon (a run stopped
+    early, or still training, is labelled so in the record and warned about)."""
+    summary = Path(run_dir) / "summary.json"
+    s = read_json(summary) if summary.exists() else {}
+    state = {"step": s.get("steps"), "num_iterations": s.get("num_iterations"), "complete": s.get("complete") is True}
+    if not state["complete"]:
+        where = f"step {state['step']} of {state['num_iterations']}" if s else "no summary.json"
+        warnings.warn(f"{run_dir} is not trained to its horizon ({where}); its scores are recorded "
+                      "with trained.complete = false", stacklevel=2)
+    return state
 
 
 def _load(run_dir, device):
@@ -50,21 +77,23 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     check_max_per_task(max_per_task)
     if not isinstance(batch_tokens, int) or batch_tokens < 1:
         raise ValueError(f"batch_tokens must be a positive integer, got {batch_tokens!r}")
-    out = check_out(out or Path(run_dir) / "eval.json")
+    out = check_merge_target(out or Path(run_dir) / "eval.json")
     core_bundle = load_bundle(resolve_bundle(bundle))  # a bad bundle fails before the model loads
     device = autodetect_device(device)
-    model, tokenizer, config = _load(run_dir, device)
-    t0, c0 = time.time(), time.process_time()
-    with Precision.of(device, config).context():
-        res = evaluate_core(core_bundle, tokenizer, model_scorer(model), config.model.sequence_len, device,
-                            max_per_task=max_per_task, max_batch_tokens=batch_tokens)
-    items = {label: t.pop("items") for label, t in res["tasks"].items()}
-    atomic_write_json(out.with_name("core_items.json"), {"max_per_task": max_per_task, "tasks": items})
-    # every result of evaluate_core goes in as it is (a new metric there needs nothing here),
-    # the settings it ran with under core_detail
-    detail = {k: res.pop(k) for k in ("max_per_task", "max_len", "bundle")}
-    update = {**res, "core_detail": {**detail, "provenance": _provenance(config, device, t0, c0)}}
-    merge_json(out, update)
+    with own_run(run_dir, "CORE evaluation", shared=True):  # never beside a training of the folder
+        trained = trained_state(run_dir)
+        model, tokenizer, config = _load(run_dir, device)
+        t0, c0 = time.time(), time.process_time()
+        with Precision.of(device, config).context():
+            res = evaluate_core(core_bundle, tokenizer, model_scorer(model), config.model.sequence_len, device,
+                                max_per_task=max_per_task, max_batch_tokens=batch_tokens)
+        items = {label: t.pop("items") for label, t in res["tasks"].items()}
+        atomic_write_json(out.with_name("core_items.json"), {"max_per_task": max_per_task, "tasks": items})
+        # every result of evaluate_core goes in as it is (a new metric there needs nothing here),
+        # the settings it ran with under core_detail
+        detail = {k: res.pop(k) for k in ("max_per_task", "max_len", "bundle")}
+        update = {**res, "core_detail": {**detail, "trained": trained, "provenance": _provenance(config, device, t0, c0)}}
+        merge_json(out, update)
     return update
 
 
@@ -77,15 +106,23 @@ def evaluate_run_chat(run_dir, bundle=None, max_per_task: int | None = None, out
     micro-batches of at most sft_micro_batch_tokens tokens (default: one pre-training micro-batch).
     Every argument is checked (a ValueError naming it) before the model is loaded."""
     from xsa.data.bundle import resolve_bundle
-    from xsa.evaluate.chat import evaluate_chatcore
     from xsa.evaluate.core import check_max_per_task
-    from xsa.evaluate.sft import check_args, ensure_sft
+    from xsa.evaluate.sft import check_args
 
     check_max_per_task(max_per_task)
     check_args(sft_steps, sft_batch_rows, sft_micro_batch_tokens, source=sft_data)
-    out = check_out(out or Path(run_dir) / "eval.json")
+    out = check_merge_target(out or Path(run_dir) / "eval.json")
     bundle = resolve_bundle(bundle)
     device = autodetect_device(device)
+    with own_run(run_dir, "chat evaluation", shared=True):
+        return _chat(run_dir, out, bundle, device, max_per_task, sft_steps, sft_data, sft_batch_rows,
+                     sft_micro_batch_tokens)
+
+
+def _chat(run_dir, out, bundle, device, max_per_task, sft_steps, sft_data, sft_batch_rows, sft_micro_batch_tokens):
+    from xsa.evaluate.chat import evaluate_chatcore
+    from xsa.evaluate.sft import ensure_sft
+    trained = trained_state(run_dir)
     model, tokenizer, config = _load(run_dir, device)
     t0, c0 = time.time(), time.process_time()
     sft_info = ensure_sft(model, tokenizer, config, Path(run_dir) / "sft", steps=sft_steps, source=sft_data,
@@ -93,7 +130,7 @@ def evaluate_run_chat(run_dir, bundle=None, max_per_task: int | None = None, out
                           micro_batch_tokens=sft_micro_batch_tokens)
     res = evaluate_chatcore(model, tokenizer, bundle, config.model.sequence_len, device, max_per_task)
     update = {"chatcore": res.pop("chatcore"), "chat_tasks": res.pop("tasks"),
-              "chat_detail": {**res, "provenance": _provenance(config, device, t0, c0)},
+              "chat_detail": {**res, "trained": trained, "provenance": _provenance(config, device, t0, c0)},
               "sft": {k: v for k, v in sft_info.items() if k != "data"}, "sft_data": sft_info["data"]}
     merge_json(out, update)
     return update

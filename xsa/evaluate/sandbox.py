@@ -2,12 +2,18 @@
 Running untrusted generated code (HumanEval's programs) in a best-effort Linux sandbox.
 
 run_program(code) -> Outcome, a (passed, status) pair that also records which protections were
-active (`layers`) and how long the program ran (`seconds`). A run passes only if the program
-exits with status 0 AND prints a random per-run token that the harness appends after it:
-leaving early (os._exit(0), SystemExit(0)) is a failure. The wall clock starts when the program
-does (starting the interpreter may take up to STARTUP seconds on a busy machine) and, at its
-end, the program and everything it started are killed before run_program returns. Output is
-read from files, so no descendant holding a pipe can keep the caller waiting.
+active (`layers`) and how long the program ran (`seconds`). Tests are never run inside the
+program: with `serve` and `client`, the program only answers calls of one of its functions and
+the tests run in the harness's process (xsa/evaluate/calls.py), so a pass is the harness's own
+verdict, which nothing the program prints or raises can forge; leaving early (os._exit(0),
+SystemExit(0)) is a failure. The wall clock starts when the program does (starting the
+interpreter may take up to STARTUP seconds on a busy machine) and, at its end, the program and
+everything it started are killed before run_program returns. Output is read from files, so no
+descendant holding a pipe can keep the caller waiting.
+
+This module is the harness's side: the fresh folder, the wall clock, the kill, the process
+table, the probe of what this machine allows. The program's side (the fresh root, the limits,
+the guard, the served calls) is xsa/evaluate/launcher.py.
 
 The layers, each applied where the machine allows: the first run probes the combinations,
 strongest first, and keeps the first that works, so on a weaker machine the sandbox degrades
@@ -49,9 +55,8 @@ whole syscall surface of the kernel is reachable (nested user namespaces include
 bug is an escape. Without the mount namespace the program sees the host's files with the
 permissions of its uid (world-readable files, world-writable folders such as /tmp) and, run as
 the caller, everything the caller can reach. Without the net namespace only the guard stands
-between the program and the network. The token is in the program's own memory: code that looks
-for it on purpose can forge a pass; the sentinel stops programs that merely leave early.
-Linux only.
+between the program and the network. A served program may answer with any values it likes; the
+tests decide whether they are right. Linux only.
 """
 
 from __future__ import annotations
@@ -62,7 +67,6 @@ import json
 import os
 import pwd
 import random
-import secrets
 import shutil
 import signal
 import subprocess
@@ -72,9 +76,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-FILE_LIMIT = 1 << 20  # bytes any one file (stdout and stderr too) may grow to
+from xsa.evaluate import launcher
+from xsa.evaluate.launcher import tasks
+
 STARTUP = 60  # seconds the launcher may take to start the program (a busy machine is slow)
-HOME_MB = 16  # the tmpfs home: its pages are memory that RLIMIT_AS does not count
+REPLY_LIMIT = 1 << 20  # bytes of one reply of a served call
 # Imports a module the launcher has not, and reads the stdlib: the sandbox's uid must reach them.
 PROBE = "import fractions, os\nopen(os.__file__).read()\n"
 
@@ -114,13 +120,20 @@ class Tier:
 
 
 def run_program(code: str, timeout: float = 5.0, memory_mb: int = 512, processes: int = 1,
-                guard: bool = True) -> Outcome:
+                guard: bool = True, serve: str | None = None, client=None) -> Outcome:
     """Run `code` in the sandbox -> Outcome (passed, status), status "passed", "timeout", or
     the last line of stderr. `processes` counts the program's processes and threads together
-    (1: it may start neither); `memory_mb` is shared among them."""
+    (1: it may start neither); `memory_mb` is shared among them.
+
+    Alone, passed means the program ran and exited with status 0. With `serve` (the name of a
+    function the program defines) and `client` (the tests: client(call), where call(*args) calls
+    that function in the program and returns its value), passed means the tests, run here in the
+    harness, finished without an error within the time limit (xsa/evaluate/calls.py)."""
     if processes < 1:
         raise ValueError("processes counts the program itself: at least 1")
-    return _run(code, _tier(), timeout, memory_mb, processes, guard)
+    if (serve is None) != (client is None):
+        raise ValueError("serve and client go together: the function served and the tests that call it")
+    return _run(code, _tier(), timeout, memory_mb, processes, guard, serve, client)
 
 
 def protections() -> tuple[str, ...]:
@@ -131,40 +144,57 @@ def protections() -> tuple[str, ...]:
 # -----------------------------------------------------------------------------
 # The parent: prepare a fresh folder, start the launcher, enforce the wall clock, clean up
 
-def _run(code: str, tier: Tier, timeout: float, memory_mb: int, processes: int, guard: bool) -> Outcome:
-    token = secrets.token_hex(16)
+def _run(code: str, tier: Tier, timeout: float, memory_mb: int, processes: int, guard: bool,
+         serve: str | None = None, client=None) -> Outcome:
+    from xsa.evaluate.calls import Channel, Client, ProgramGone
+    channel = Channel() if serve else None
     uid = _fresh_uid() if tier.separate_uid else None
     with tempfile.TemporaryDirectory(prefix="xsa-sandbox-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
         home = _make_home(base, uid, mounted="mount" in tier.namespaces)
         program = base / "program.py"  # root-only: the launcher reads it before giving up root
-        program.write_text(f"{code}\nprint({token!r})\n")
+        program.write_text(code)
         program.chmod(0o600)
         (base / "started").touch(mode=0o600)
         config = dict(program=str(program), started=str(base / "started"), home=str(home), uid=uid, guard=guard,
                       new_root=str(base / "root") if "mount" in tier.namespaces else None,
                       memory=(memory_mb << 20) // processes,  # per process: the total holds across forks
-                      cpu=int(timeout) + 1, processes=processes)
-        command = tier.command() + [sys.executable, "-I", __file__, json.dumps(config)]
-        # Output goes to files, not pipes: a descendant holding a pipe open cannot keep us waiting.
+                      cpu=int(timeout) + 1, processes=processes, serve=serve,
+                      requests=channel and channel.program_fds()[0], replies=channel and channel.program_fds()[1])
+        command = tier.command() + [sys.executable, "-I", launcher.__file__, json.dumps(config)]
+        # Output goes to files, not pipes: a descendant holding a pipe open cannot keep us waiting
+        # (the call pipes are read with the wall clock running, and closed when it ends).
         with open(base / "stdout", "wb") as out, open(base / "stderr", "wb") as err:
             proc = subprocess.Popen(command, cwd=home, env=_environment(home), stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+                                    stdout=out, stderr=err, start_new_session=True,
+                                    pass_fds=channel.program_fds() if channel else ())
+        tests = None
+        if channel:
+            channel.started()
+            tests = Client(client, channel)
+            tests.start()
         tracked: dict[int, str] = {}
         try:
             timed_out, start = _wait(proc, base / "started", timeout, tracked, track="pid" not in tier.namespaces)
         finally:
             _kill_everything(proc, tier, uid, tracked)
+            if tests:  # the program is gone: a call still waiting ends now
+                tests.join(timeout=5)
+                channel.close()
         seconds = time.monotonic() - start
-        stdout = (base / "stdout").read_bytes()
         stderr = (base / "stderr").read_bytes().decode(errors="replace")
-    if timed_out:
+    if timed_out or (tests and not tests.finished):
         passed, status = False, "timeout"
-    elif proc.returncode == 0:
-        passed = token.encode() in stdout
-        status = "passed" if passed else "exited before its tests finished"
-    else:
+    elif tests and tests.error is None:
+        passed, status = True, "passed"
+    elif proc.returncode != 0:
         passed, status = False, _last_line(stderr, proc.returncode)[:200]
+    elif tests and isinstance(tests.error, ProgramGone):
+        passed, status = False, "exited before its tests finished"
+    elif tests:
+        passed, status = False, tests.status()
+    else:
+        passed, status = True, "passed"
     return Outcome(passed, status, tier.layers(guard), seconds)
 
 
@@ -192,7 +222,7 @@ def _fresh_uid() -> int:
     """A uid (and gid) no account, group or running process has, so the run's processes are
     exactly the processes of this uid: RLIMIT_NPROC counts only them, the fallback kill finds
     them all."""
-    in_use = {uid for uid, _ in _tasks()}
+    in_use = {uid for uid, _ in tasks()}
     while True:
         uid = random.randrange(1 << 30, (1 << 31) - 1)
         if uid not in in_use and not _named(pwd.getpwuid, uid) and not _named(grp.getgrgid, uid):
@@ -322,19 +352,6 @@ def _descendants(roots) -> dict[int, str]:
     return found
 
 
-def _tasks() -> list[tuple[int, int]]:
-    """(real uid, thread count) of every process."""
-    tasks = []
-    for entry in Path("/proc").iterdir():
-        try:
-            lines = (entry / "status").read_text().splitlines()
-            status = dict(line.split(":", 1) for line in lines if ":" in line)
-            tasks.append((int(status["Uid"].split()[0]), int(status["Threads"])))
-        except (OSError, KeyError, ValueError):
-            pass
-    return tasks
-
-
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -363,147 +380,3 @@ def _tier() -> Tier:
         if outcome[0]:
             return tier
     raise RuntimeError(f"the sandbox cannot run Python here: {outcome[1]}")
-
-
-# -----------------------------------------------------------------------------
-# The launcher: `python -I sandbox.py CONFIG`, started as the caller (inside the namespaces), it
-# reads the program, builds the fresh root, sets the limits, gives up root, guards, runs it.
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
-MNT_DETACH = 2
-PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers; elsewhere chroot
-SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
-DEVICES = ["null", "zero", "full", "random", "urandom"]
-
-
-def _launch(config: dict) -> None:
-    code = compile(Path(config["program"]).read_text(), "program.py", "exec")
-    os.unlink(config["program"])  # the token now exists only in memory
-    started = os.open(config["started"], os.O_WRONLY)  # opened now: the new root does not show it
-    _libc()  # loaded now: once unprivileged, the interpreter's files may be out of reach
-    uid = config["uid"]
-    runs_as = os.getuid() if uid is None else uid
-    # RLIMIT_NPROC counts every task of the uid: allow `processes` beyond those already running.
-    others = sum(n for owner, n in _tasks() if owner == runs_as) - (uid is None)  # less this launcher
-    if config["new_root"]:
-        _enter_new_root(config["new_root"], config["home"], runs_as)
-    os.chdir(config["home"])
-    _set_limits(config, nproc=others + config["processes"])
-    if uid is not None:  # after the limits: once unprivileged, they cannot be raised again
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    _no_new_privs()
-    if config["guard"]:
-        _guard()
-    os.write(started, b"1")  # the parent's clock starts now
-    os.close(started)
-    main = type(sys)("__main__")
-    main.__file__ = "program.py"
-    sys.modules["__main__"], sys.argv = main, ["program.py"]
-    exec(code, main.__dict__)
-
-
-def _set_limits(config: dict, nproc: int) -> None:
-    import resource
-    for limit, value in [(resource.RLIMIT_AS, config["memory"]), (resource.RLIMIT_CPU, config["cpu"]),
-                         (resource.RLIMIT_FSIZE, FILE_LIMIT), (resource.RLIMIT_CORE, 0),
-                         (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_NPROC, nproc)]:
-        resource.setrlimit(limit, (value, value))
-
-
-@functools.cache
-def _libc():
-    import ctypes
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        import ctypes
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-
-def _mount(source, target, fstype=None, flags=0, data=None) -> None:
-    enc = lambda s: s.encode() if s is not None else None
-    _check(_libc().mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
-
-
-def _bind(source: str, target: str, flags: int) -> None:
-    _mount(source, target, flags=MS_BIND | MS_REC)
-    _mount(None, target, flags=MS_BIND | MS_REMOUNT | flags)  # bind flags apply only on a remount
-
-
-def _enter_new_root(new: str, home: str, uid: int) -> None:
-    """Build the fresh root described in the module docstring under `new` and move into it."""
-    os.umask(0o022)
-    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-    for path in _visible_dirs():
-        if os.path.islink(path):  # /bin -> usr/bin on merged-/usr systems
-            os.symlink(os.readlink(path), new + path)
-        elif os.path.isdir(path):
-            os.makedirs(new + path, exist_ok=True)
-            _bind(path, new + path, MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.makedirs(new + "/dev")
-    for name in DEVICES:
-        Path(new, "dev", name).touch()
-        _bind(f"/dev/{name}", f"{new}/dev/{name}", MS_NOSUID)
-    os.makedirs(new + home)
-    _mount("tmpfs", new + home, "tmpfs", MS_NOSUID | MS_NODEV,
-           f"mode=0700,uid={uid},gid={uid},size={HOME_MB}m,nr_inodes=4096")
-    os.chdir(new)
-    if os.uname().machine in PIVOT_ROOT:  # pivot_root(".", ".") then detach the old root
-        _check(_libc().syscall(PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
-        _check(_libc().umount2(b".", MNT_DETACH), "umount old root")
-    else:  # chroot: final once the uid has no capabilities
-        os.chroot(".")
-    os.chdir("/")
-    _mount(None, "/", flags=MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-def _visible_dirs() -> list[str]:
-    """System directories, then the interpreter's prefixes not already under one of them."""
-    dirs = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
-    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    for prefix in sorted(prefixes | {os.path.realpath(p) for p in prefixes}):
-        if not any(prefix == d or prefix.startswith(d + "/") for d in map(os.path.realpath, dirs)):
-            dirs.append(prefix)
-    return dirs
-
-
-def _no_new_privs() -> None:
-    _check(_libc().prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-
-
-def _guard() -> None:
-    """nanochat's reliability guard, extended to processes, signals, sockets and ctypes."""
-    import builtins
-    import posix
-    import shutil
-    import subprocess
-
-    def blocked(name):
-        def refuse(*args, **kwargs):
-            raise PermissionError(f"{name} is blocked by the sandbox")
-        return refuse
-
-    os_names = ["system", "popen", "fork", "forkpty", "kill", "killpg", "remove",
-                "unlink", "rmdir", "removedirs", "rename", "renames", "replace", "truncate", "chmod", "fchmod",
-                "lchmod", "chown", "fchown", "lchown", "chroot", "setuid", "setgid", "posix_spawn",
-                "posix_spawnp", "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe",
-                "spawnv", "spawnve", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnvp", "spawnvpe"]
-    for module, names in [(os, os_names), (posix, os_names), (shutil, ["rmtree", "move", "chown"]),
-                          (subprocess, ["Popen", "run", "call", "check_call", "check_output", "getoutput",
-                                        "getstatusoutput"])]:
-        for name in names:
-            if hasattr(module, name):
-                setattr(module, name, blocked(f"{module.__name__}.{name}"))
-    builtins.help = blocked("help")
-    for name in ["socket", "_socket", "ssl", "ctypes", "_ctypes", "_posixsubprocess", "multiprocessing",
-                 "resource", "pty", "ipdb", "joblib", "psutil", "tkinter"]:
-        sys.modules[name] = None  # importing it now raises ImportError
-
-
-if __name__ == "__main__":
-    _launch(json.loads(sys.argv[1]))

@@ -8,6 +8,7 @@ results/throughput/<preset>.json; iterates the study's comparisons and claims (x
 the design of the study lives in one place. Everything is deterministic: the same records give the
 same bytes.
 
+- integrity: the study's record set checked whole before anything is written (validate)
 - records: reading run folders back, per-seed values of an arm
 - stats:   t-intervals, paired differences, contrasts (pure functions)
 - tables:  the table builders and the one table writer
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from xsa.report.claims import claims_table
 from xsa.report import text  # noqa: E402 (the paper's sentences)
+from xsa.report.integrity import RecordError, check_records, validate
 from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
                                 fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
 from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
@@ -29,7 +31,7 @@ from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, SWEEP_LABELS, arms_t
                                effects_table, fmt, gpu_table, main_table, power_table, runs_table, setup_table, task_effects_table,
                                throughput_table, to_markdown, write_table)
 
-__all__ = ["build", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
+__all__ = ["build", "validate", "check_records", "RecordError", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
 
 
@@ -146,12 +148,14 @@ def _scaled(ci, k):
     return Interval(ci.lo * k, ci.hi * k) if ci.defined else ci
 
 
-def build(study, results_dir, out_dir=None) -> dict:
+def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
     """Write every table and figure of a study's paper into OUT_DIR/tables and OUT_DIR/figures
-    (default: results_dir); return the tables (rows) and figure paths."""
+    (default: results_dir); return the tables (rows) and figure paths. The runs in leave_out (run
+    ids) are left out of every table and named in the paper; the paper stage calls validate() first."""
     from xsa.studies import Contrast, Paired, Sweep
     results_dir = Path(results_dir)
-    runs = load_runs(results_dir, [r.run_id for r in study.runs])
+    leave_out = sorted(set(leave_out or ()))
+    runs = load_runs(results_dir, [r.run_id for r in study.runs if r.run_id not in leave_out])
     tp = {p: t for p, t in load_throughput(results_dir).items() if p in study.presets()}
     out_dir = Path(out_dir) if out_dir else results_dir
     tables_dir, figures_dir = out_dir / "tables", out_dir / "figures"
@@ -204,7 +208,8 @@ def build(study, results_dir, out_dir=None) -> dict:
         if path is None:
             for ext in ("png", "svg"):
                 (figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
-    return dict(runs=runs, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main))
+    return dict(runs=runs, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
+                left_out=leave_out)
 
 
 def summary_text(study, built: dict) -> str:
@@ -216,12 +221,17 @@ def summary_text(study, built: dict) -> str:
              "",
              f"**Records.** {len(runs)} of the study's {len(study.runs)} runs have records "
              f"({finished(runs)} trained to their horizon, {sum(1 for r in runs if r['eval'])} evaluated, "
-             f"{sum(1 for r in runs if r['diagnostics'])} with diagnostics). Intervals are 95% Student-t "
+             f"{sum(1 for r in runs if r['diagnostics'])} with diagnostics){_left_out(built)}. Intervals are 95% Student-t "
              f"intervals over seeds; differences are paired by seed (both arms of a seed see the same data).",
              "", "**The seed paper's claims, judged from our records:**", ""]
     for c in built["tables"]["claims"]:
         lines.append(f"- {c['claim']} (theirs: {c['theirs']}). {c['statement']}: **{c['verdict']}**.")
     return "\n".join(lines) + "\n"
+
+
+def _left_out(built: dict) -> str:
+    left = built.get("left_out") or []
+    return f"; left out by choice, so in no number below: {', '.join(left)}" if left else ""
 
 
 # The columns each table shows in the paper (the CSV and Markdown files keep every column), and

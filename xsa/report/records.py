@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.records import read_json, read_jsonl
+from xsa.records import check_steps, read_json, read_jsonl
 from xsa.spec import Arm, Run, config_from_record
 
 RECORDS = ("config", "summary", "eval", "diagnostics", "provenance")
@@ -25,7 +25,7 @@ def load_run(run_dir) -> dict:
     run_dir = Path(run_dir)
     rec = {name: _maybe_json(run_dir / f"{name}.json") for name in RECORDS}
     metrics = run_dir / "metrics.jsonl"
-    rec["metrics"] = read_jsonl(metrics) if metrics.exists() else []
+    rec["metrics"] = check_steps(read_jsonl(metrics), metrics) if metrics.exists() else []
     spec = Run.from_config(config_from_record(rec["config"]))
     rec.update(id=run_dir.name, dir=run_dir, spec=spec, arm=spec.arm.name, preset=spec.preset,
                variant=spec.arm.name[len(spec.preset) + 1:])  # the arm without its preset: base, xsa1, ...

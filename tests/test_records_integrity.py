@@ -1,0 +1,175 @@
+"""The paper is built only from a whole record set: each damage a hostile user tried on a copy of
+the committed default study is refused naming the file, and a run left out is said aloud."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from xsa import report
+from xsa.records import REPO_ROOT, check_steps, read_jsonl
+from xsa.report.integrity import check_records, validate
+from xsa.studies import get_study
+
+STUDY = get_study("default")
+RUN = "cpu-w64-d4_xsa1_s3"  # a scored run of the primary comparison
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """A copy of the committed records (the originals are never touched)."""
+    root = tmp_path_factory.mktemp("committed")
+    shutil.copytree(REPO_ROOT / "results" / "runs", root / "runs")
+    shutil.copytree(REPO_ROOT / "results" / "throughput", root / "throughput")
+    return root
+
+
+@pytest.fixture
+def results(committed, tmp_path):
+    shutil.copytree(committed, tmp_path / "results")
+    return tmp_path / "results"
+
+
+def edit_json(path, **changes):
+    d = json.loads(path.read_text())
+    d.update(changes)
+    path.write_text(json.dumps(d))
+
+
+def test_the_committed_study_is_whole():
+    assert check_records(STUDY, REPO_ROOT / "results") == []
+
+
+def damage_nan_val_bpb(run):
+    edit_json(run / "summary.json", val_bpb=float("nan"))
+    return "summary.json: val_bpb is nan"
+
+
+def damage_torn_tail(run):
+    text = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(text[:-40])
+    return "metrics.jsonl:385: torn last line"
+
+
+def damage_deleted(run):
+    shutil.rmtree(run)
+    return f"{run}: missing"
+
+
+def damage_empty_core(run):
+    (run / "eval.json").write_text("{}")
+    return "eval.json: empty"
+
+
+def damage_incomplete(run):
+    edit_json(run / "summary.json", complete=False)
+    return "complete is False"
+
+
+def damage_doubled(run):
+    text = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(text + text)
+    return "metrics.jsonl:386: step 0 goes back to step 384"
+
+
+def damage_two_runs_mixed(run):
+    """A second training (another alpha) appended its lines into the same folder."""
+    other = (run.parent / "cpu-w64-d4_xsa0.5_s3" / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text() + "".join(other[:3]))
+    return "step 0 goes back to step 384"
+
+
+def damage_wrong_config(run):
+    edit_json(run / "summary.json", config_hash="0123456789abcdef")
+    return "config hash 0123456789abcdef"
+
+
+def damage_nan_metric(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    rec = json.loads(lines[10])
+    rec["train_loss"] = float("nan")
+    lines[10] = json.dumps(rec)
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return "metrics.jsonl:11: train_loss is not finite"
+
+
+def damage_last_eval_lost(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    return "the last line is step 383"
+
+
+def damage_core_incomplete(run):
+    edit_json(run / "eval.json", core_complete=False, missing=["piqa"])
+    return "CORE is not complete"
+
+
+def damage_no_diagnostics(run):
+    (run / "diagnostics.json").unlink()
+    return "diagnostics.json: missing"
+
+
+DAMAGES = [damage_nan_val_bpb, damage_torn_tail, damage_deleted, damage_empty_core, damage_incomplete,
+           damage_doubled, damage_two_runs_mixed, damage_wrong_config, damage_nan_metric, damage_last_eval_lost,
+           damage_core_incomplete, damage_no_diagnostics]
+
+
+@pytest.mark.parametrize("damage", DAMAGES, ids=lambda f: f.__name__[7:])
+def test_each_damage_is_refused_naming_the_file(results, damage):
+    expected = damage(results / "runs" / RUN)
+    problems = check_records(STUDY, results)
+    assert problems and all(RUN in p for p in problems), problems
+    assert any(expected in p for p in problems), problems
+    with pytest.raises(report.RecordError, match="nothing was written"):
+        validate(STUDY, results)
+
+
+def test_a_run_left_out_on_purpose_is_named(results, capsys):
+    shutil.rmtree(results / "runs" / RUN)
+    assert validate(STUDY, results, leave_out=[RUN]) == [RUN]
+    assert f"{RUN} is left out by choice" in capsys.readouterr().out
+    built = {"runs": [], "tables": {"claims": []}, "left_out": [RUN]}
+    assert f"left out by choice, so in no number below: {RUN}" in report.summary_text(STUDY, built)
+    with pytest.raises(report.RecordError, match="not a run of the study"):
+        validate(STUDY, results, leave_out=["no-such-run"])
+
+
+def test_reading_a_record_refuses_repeated_or_earlier_steps(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0}\n{"step": 1}\n{"step": 1}\n')
+    with pytest.raises(ValueError, match="step 1, which repeats step 1"):
+        check_steps(read_jsonl(path), path)
+    run = tmp_path / "results"
+    shutil.copytree(REPO_ROOT / "results" / "runs" / RUN, run / "runs" / RUN)
+    damage_doubled(run / "runs" / RUN)
+    with pytest.raises(ValueError, match="metrics.jsonl: record 386 has step 0"):
+        report.load_run(run / "runs" / RUN)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "xsa.pipeline", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+
+
+def test_the_paper_stage_stops_on_a_damaged_record_and_writes_nothing(results, tmp_path):
+    damage_nan_val_bpb(results / "runs" / RUN)
+    damage_torn_tail(results / "runs" / "cpu-w64-d4_base_s3")
+    out = cli("--study", "default", "--stages", "paper", "--results", str(results), "--paper", str(tmp_path / "paper"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"{RUN}/summary.json: val_bpb is nan" in out.stderr and "cpu-w64-d4_base_s3/metrics.jsonl" in out.stderr
+    assert not (tmp_path / "paper").exists() and not (results / "tables").exists()
+    assert not (results / "figures").exists()
+
+
+def test_paper_stage_arguments_are_checked_before_any_stage(tmp_path, results):
+    out = cli("--study", "default", "--stages", "paper", "--results", str(results), "--paper", str(tmp_path / "p"),
+              "--leave-out", "no-such-run")
+    assert out.returncode == 1 and "--leave-out: no-such-run is not a run" in out.stderr
+    (tmp_path / "file").write_text("x")
+    out = cli("--study", "default", "--stages", "paper", "--results", str(results),
+              "--paper", str(tmp_path / "file" / "paper"))
+    assert out.returncode == 1 and f"paper: {tmp_path / 'file'} is a file" in out.stderr
+    assert "running" not in out.stdout

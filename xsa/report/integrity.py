@@ -1,0 +1,183 @@
+"""
+The record set a paper is built from, checked before anything is written.
+
+A paper built from whatever is there changes its numbers quietly when one record is damaged (a NaN
+val bpb drops a seed, a torn metrics line moves the gap curve, a deleted folder shrinks n). So the
+paper stage first checks every run the study declares:
+
+- the folder is there, with config.json, summary.json and metrics.jsonl, and was trained with the
+  config the study asks for (the config hash);
+- summary.json says complete, trained to the horizon (steps == num_iterations), with a finite val bpb;
+- metrics.jsonl is whole (no torn last line), its steps strictly increase (no duplicates, no two runs
+  mixed in one file), every number in it is finite, and its last line is the evaluation at the
+  horizon, the val bpb the summary reports;
+- every run the study scores has a complete CORE record (eval.json: all tasks, a finite CORE);
+- diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values.
+
+Any failure raises RecordError listing every file and what is wrong with it. A run the user leaves
+out on purpose (`leave_out`) is not checked, and the paper names it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from xsa.records import read_json
+
+
+class RecordError(ValueError):
+    """The record set cannot make a paper; the message lists each file and what is wrong."""
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _non_finite(value, where: str = "") -> str | None:
+    """The first key (dotted path) holding a NaN or infinite number, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "value"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = ((str(i), v) for i, v in enumerate(value))
+    else:
+        return None
+    for k, v in items:
+        if (bad := _non_finite(v, f"{where}.{k}" if where else str(k))) is not None:
+            return bad
+    return None
+
+
+def _json(path: Path, problems: list, kind=dict):
+    if not path.exists():
+        problems.append(f"{path}: missing")
+        return None
+    try:
+        value = read_json(path)
+    except ValueError as e:  # read_json names the file
+        problems.append(str(e))
+        return None
+    if not isinstance(value, kind) or not value:
+        problems.append(f"{path}: empty or not a JSON {kind.__name__}")
+        return None
+    return value
+
+
+def metrics_problems(path: Path) -> tuple[list[dict], list[str]]:
+    """(records, problems) of a metrics.jsonl read strictly: a torn or corrupt line, a step that
+    does not increase, a non-finite number are each a problem naming the line."""
+    problems, records, last = [], [], None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return [], [f"{path}: not UTF-8 text"]
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    elif lines:
+        problems.append(f"{path}:{len(lines)}: torn last line (no newline: a killed writer)")
+    for i, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            problems.append(f"{path}:{i}: corrupt JSON line")
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            problems.append(f"{path}:{i}: not a record with an integer step")
+            continue
+        if last is not None and rec["step"] <= last:
+            what = "repeats" if rec["step"] == last else "goes back to"
+            problems.append(f"{path}:{i}: step {rec['step']} {what} step {last} (steps must strictly increase: "
+                            "two runs in one folder, or a doubled file)")
+        if (bad := _non_finite(rec)) is not None:
+            problems.append(f"{path}:{i}: {bad} is not finite")
+        last = rec["step"] if last is None else max(last, rec["step"])
+        records.append(rec)
+    return records, problems
+
+
+def _run_problems(study, run, run_dir: Path) -> list[str]:
+    problems: list[str] = []
+    if not run_dir.is_dir():
+        return [f"{run_dir}: missing (the study declares run {run.run_id})"]
+    cfg = run.config()
+    config = _json(run_dir / "config.json", problems)
+    summary = _json(run_dir / "summary.json", problems)
+    metrics_path = run_dir / "metrics.jsonl"
+    if not metrics_path.exists():
+        problems.append(f"{metrics_path}: missing")
+        records = []
+    else:
+        records, bad = metrics_problems(metrics_path)
+        problems += bad
+    if summary is not None:
+        s = run_dir / "summary.json"
+        if summary.get("complete") is not True:
+            problems.append(f"{s}: complete is {summary.get('complete')!r}, not true (stopped before its horizon)")
+        if summary.get("steps") != cfg.num_iterations or summary.get("num_iterations") != cfg.num_iterations:
+            problems.append(f"{s}: steps {summary.get('steps')!r} of {summary.get('num_iterations')!r}, "
+                            f"the horizon is {cfg.num_iterations}")
+        if not _finite(summary.get("val_bpb")):
+            problems.append(f"{s}: val_bpb is {summary.get('val_bpb')!r}, not a finite number")
+        if (bad := _non_finite(summary)) is not None and bad != "val_bpb":
+            problems.append(f"{s}: {bad} is not finite")
+        if summary.get("config_hash") not in (None, cfg.config_hash()):
+            problems.append(f"{s}: config hash {summary.get('config_hash')}, the study asks for {cfg.config_hash()} "
+                            f"(a different run in this folder)")
+    if config is not None and config.get("num_iterations", cfg.num_iterations) != cfg.num_iterations:
+        problems.append(f"{run_dir / 'config.json'}: not the config of {run.run_id}")
+    if records and not any("torn" in p for p in problems):
+        last = records[-1]
+        if last["step"] != cfg.num_iterations or not _finite(last.get("val_bpb")):
+            problems.append(f"{metrics_path}: the last line is step {last['step']}"
+                            f"{'' if 'val_bpb' in last else ' without val_bpb'}; the run's record ends with "
+                            f"the evaluation at step {cfg.num_iterations}")
+        elif summary is not None and _finite(summary.get("val_bpb")) and summary["val_bpb"] != last["val_bpb"]:
+            problems.append(f"{metrics_path}: the val_bpb at step {last['step']} ({last['val_bpb']}) is not the "
+                            f"one summary.json reports ({summary['val_bpb']})")
+    if study.evaluated(run):
+        ev = _json(run_dir / "eval.json", problems)
+        e = run_dir / "eval.json"
+        if ev is not None:
+            if ev.get("core_complete") is not True or ev.get("missing"):
+                problems.append(f"{e}: CORE is not complete (core_complete {ev.get('core_complete')!r}, "
+                                f"missing {ev.get('missing')!r})")
+            if not _finite(ev.get("core")) or not ev.get("tasks"):
+                problems.append(f"{e}: no finite CORE score over its tasks (core {ev.get('core')!r})")
+            elif (bad := _non_finite(ev.get("tasks"))) is not None:
+                problems.append(f"{e}: tasks.{bad} is not finite")
+            if (ev.get("core_detail") or {}).get("trained", {}).get("complete") is False:
+                problems.append(f"{e}: CORE scored a model that had not reached its horizon")
+    diag = _json(run_dir / "diagnostics.json", problems)  # the diagnostics stage runs for every run
+    if diag is not None and not diag.get("layers"):
+        problems.append(f"{run_dir / 'diagnostics.json'}: no per-layer diagnostics")
+    return problems
+
+
+def check_records(study, results_dir, leave_out=()) -> list[str]:
+    """Every problem of the study's record set under results_dir/runs, the runs in leave_out aside."""
+    leave_out = list(leave_out or ())
+    known = {r.run_id for r in study.runs}
+    problems = [f"leave_out: {r!r} is not a run of the study {study.name!r}" for r in leave_out if r not in known]
+    root = Path(results_dir) / "runs"
+    for run in study.runs:
+        if run.run_id not in leave_out:
+            problems += _run_problems(study, run, root / run.run_id)
+    return problems
+
+
+def validate(study, results_dir, leave_out=()) -> list[str]:
+    """Raise RecordError unless every run of the study (but those left out) has whole records;
+    return the runs left out, each said aloud."""
+    problems = check_records(study, results_dir, leave_out)
+    if problems:
+        raise RecordError(f"the records of study {study.name!r} cannot make a paper ({len(problems)} problem"
+                          f"{'s' if len(problems) > 1 else ''}; nothing was written):\n  " + "\n  ".join(problems)
+                          + "\nrepair or retrain those runs, or leave a run out on purpose (--leave-out RUN_ID)")
+    left = [r.run_id for r in study.runs if r.run_id in set(leave_out or ())]
+    for run_id in left:
+        print(f"records: {run_id} is left out by choice (--leave-out); the paper says so", flush=True)
+    return left
