@@ -6,7 +6,7 @@ val bpb drops a seed, a torn metrics line moves the gap curve, a deleted folder 
 paper stage first checks every run the study declares:
 
 - the folder is there, with config.json, summary.json and metrics.jsonl, and was trained with the
-  config the study asks for (the config hash);
+  config the study asks for (config.json read by value), with a summary of that config (its hash);
 - summary.json says complete, trained to the horizon (steps == num_iterations), with a finite val bpb;
 - metrics.jsonl is whole (no torn last line), its steps strictly increase (no duplicates, no two runs
   mixed in one file), every number in it is finite, and its last line is the evaluation at the
@@ -124,11 +124,18 @@ def _run_problems(study, run, run_dir: Path) -> list[str]:
             problems.append(f"{s}: val_bpb is {summary.get('val_bpb')!r}, not a finite number")
         if (bad := _non_finite(summary)) is not None and bad != "val_bpb":
             problems.append(f"{s}: {bad} is not finite")
-        if summary.get("config_hash") not in (None, cfg.config_hash()):
-            problems.append(f"{s}: config hash {summary.get('config_hash')}, the study asks for {cfg.config_hash()} "
-                            f"(a different run in this folder)")
-    if config is not None and config.get("num_iterations", cfg.num_iterations) != cfg.num_iterations:
-        problems.append(f"{run_dir / 'config.json'}: not the config of {run.run_id}")
+    if config is not None:
+        from xsa.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
+        c = run_dir / "config.json"
+        try:  # by value: fields the record predates read at their defaults
+            if TrainConfig.from_dict(config, str(c)) != cfg:
+                problems.append(f"{c}: not the config of {run.run_id} (a different run in this folder)")
+        except ConfigError as e:
+            problems.append(str(e))
+        written = dict_hash({k: v for k, v in config.items() if k not in RECORD_EXTRAS})
+        if summary is not None and summary.get("config_hash") not in (None, written):
+            problems.append(f"{run_dir / 'summary.json'}: config hash {summary.get('config_hash')}, config.json "
+                            f"hashes to {written} (the summary of another run)")
     if records and not any("torn" in p for p in problems):
         last = records[-1]
         if last["step"] != cfg.num_iterations or not _finite(last.get("val_bpb")):
