@@ -315,9 +315,9 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                 raise _diverged("non-finite weights", step, out)
             loop.ema = ema.item()
             t_wall, t_cpu = _add_times(loop, t_wall, t_cpu)
-            if rank == 0:
-                ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
-                                         loop_state=asdict(loop), config=cfg)
+            # every rank: Muon's state is gathered from the owner ranks; rank 0 writes the file
+            ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
+                                     loop_state=asdict(loop), config=cfg)
         paused, paused_c = paused + time.perf_counter() - t_pause, paused_c + clock(device) - c_pause
     pbar.close()
     _add_times(loop, t_wall, t_cpu)
