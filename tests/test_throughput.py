@@ -46,6 +46,7 @@ def test_command_runs_at_smoke_and_writes_pinned_keys(tmp_path, capsys):
         assert len(r["arms"][arm]["step_times_s"]) == 3
         assert len(r["loss_curves"][arm]) == 5  # warm-up + measured + training steps
     assert r["peak_mem_bytes"] > 0 and 0 < r["baseline_mfu"] < 1
+    assert r["datasheet_peak_flops"] is None and r["baseline_mfu_datasheet"] is None  # CPUs have no datasheet
     assert r["provenance"]["config_hash"] and r["provenance"]["xsa_config_hash"] != r["provenance"]["config_hash"]
     assert "overhead" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # results are never overwritten
@@ -107,3 +108,15 @@ def test_gpu_check_names_missing_prerequisites():
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--prereq"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "missing: a CUDA build of torch" in proc.stdout
+
+
+def test_datasheet_peaks_by_device_name(monkeypatch):
+    from xsa.common import datasheet_peak_flops, mfu
+    assert datasheet_peak_flops(torch.device("cpu")) is None
+    for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
+                       ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
+        assert datasheet_peak_flops(torch.device("cuda")) == peak, name
+    # one MFU, two peaks: the measured one (about 790 TFLOP/s on an H200) and the datasheet's 989
+    assert mfu(1e9, 4e5, 1.0, 790e12) == pytest.approx(1e9 * 4e5 / 790e12)
+    assert mfu(1e9, 4e5, 1.0, None) is None

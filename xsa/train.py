@@ -10,7 +10,8 @@ only the evaluation of the initial model. Val bpb is measured at step 0, every e
 the last step of the run.
 
 RUN_DIR/metrics.jsonl has one line per logged step: step, train_loss, train_loss_ema, lr_mult,
-tok_per_s, mfu, and on eval steps val_bpb and diag (attention diagnostics per layer on a fixed
+tok_per_s, mfu (against the measured matmul peak), mfu_datasheet (against the GPU datasheet's bf16
+peak, as nanochat; None on CPU), and on eval steps val_bpb and diag (attention diagnostics per layer on a fixed
 4-row validation batch, see xsa/diagnostics.py). train_loss_ema is an EMA (beta 0.9) of every
 step's train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
 
@@ -38,7 +39,7 @@ import torch.distributed as dist
 
 from xsa import checkpoint as ckpt
 from xsa.bpb import evaluate_bpb
-from xsa.common import autodetect_device, clock, device_name, dist_info, mfu, peak_flops, print0
+from xsa.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
 from xsa.config import PRESETS, ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
@@ -264,6 +265,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
 
     end = cfg.num_iterations if max_steps is None else min(cfg.num_iterations, max_steps)
     flops_per_token, peak = model.estimate_flops(), peak_flops(device)
+    sheet = datasheet_peak_flops(device)  # the datasheet's bf16 peak (GPUs only): nanochat's MFU
     ema_dtype = torch.float32 if device.type == "mps" else torch.float64
     ema = torch.tensor(loop.ema, dtype=ema_dtype, device=device)
     print0(f"{cfg.preset}: {model.num_params():,} params, {cfg.num_iterations} steps of {cfg.total_batch_size:,} "
@@ -296,7 +298,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                 loop.timed_tokens += tokens
             record.update(train_loss=loop.train_loss, train_loss_ema=ema.item() / (1 - EMA_BETA ** step),
                           lr_mult=step_fn.lr, tok_per_s=tokens / dt,
-                          mfu=mfu(flops_per_token, tokens, dc, peak, world))
+                          mfu=mfu(flops_per_token, tokens, dc, peak, world),
+                          mfu_datasheet=mfu(flops_per_token, tokens, dc, sheet, world))
             pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
             t_last, c_last, since_log, paused, paused_c = time.perf_counter(), clock(device), 0, 0.0, 0.0
         # evaluation and checkpoints are not training time; on CPU `clock` is CPU time, which a loaded
