@@ -377,6 +377,9 @@ def main(argv=None):
                    help="project against the aggregated v (mixed, with value embedding) or c_v(x) alone (plain)")
     p.add_argument("--optimizer", default=None, choices=["muon", "adamw"], help="Muon+AdamW or AdamW alone")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
+    p.add_argument("--device-batch-size", type=int, default=None,
+                   help="rows per micro-batch (default: the preset's; the total batch stays, more micro-batches "
+                        "accumulate), e.g. 8 for d24-nanochat on an 80 GB GPU")
     p.add_argument("--out", default=None, help="run folder (default: results/runs/<run id>, e.g. cpu-w64-d4_xsa1_s0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
@@ -387,7 +390,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         overrides = dict(xsa_alpha=args.alpha, xsa_layers=args.xsa_layers, xsa_value=args.xsa_value,
-                         optimizer=args.optimizer)
+                         optimizer=args.optimizer, device_batch_size=args.device_batch_size)
         run = Run.of(args.preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
         out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
