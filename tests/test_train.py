@@ -291,6 +291,14 @@ def test_cli_bad_input_names_the_field(args, field, tmp_path, capsys):
     assert not (tmp_path / "r").exists()  # checked before anything was created
 
 
+def test_cli_device_batch_size_keeps_the_total_batch(smoke_data, tmp_path):
+    out = tmp_path / "r"
+    main(["--preset", "smoke", "--device-batch-size", "2", "--max-steps", "1", "--out", str(out),
+          "--data-dir", str(smoke_data), "--no-progress"])
+    saved = read_json(out / "config.json")
+    assert saved["device_batch_size"] == 2 and saved["total_batch_size"] == make_config("smoke").total_batch_size
+
+
 def test_cli_bad_out_fails_before_any_work(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     cases = [(tmp_path / "file", "is a file")]

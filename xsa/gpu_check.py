@@ -232,7 +232,7 @@ def run_check(*, dry: bool, out: Path, batch: int | None = None, rounds: int | N
 
     def abba_part():
         arms["baseline"] = Arm(base_cfg, device, compile)
-        base, xsa = arms["baseline"], arms["xsa"]
+        base = arms["baseline"]
         sync(device)
         t0 = time.perf_counter()
         base(0, data)  # the baseline's compile
