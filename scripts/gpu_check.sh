@@ -11,6 +11,9 @@
 # default results/gpu, with nvidia-smi's report; the compiled kernels are cached in
 # ~/.cache/xsa/inductor, so a second check starts warm.
 #
+#   scripts/gpu_check.sh --quick [OUT_JSON]    the five-minute first contact (xsa/gpu_check.py): no data,
+#                                              no network, the server's own python with PYTHONPATH=.
+#   scripts/gpu_check.sh --quick --dry [OUT_JSON]   its parts on a CPU, tiny shapes (exercised by the tests)
 #   scripts/gpu_check.sh --prereq              only check the prerequisites
 #   scripts/gpu_check.sh [OUT_DIR]             on the GPU
 #   scripts/gpu_check.sh --dry-run OUT_DIR     on CPU, smoke preset, a few steps (exercised by the tests)
@@ -20,7 +23,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DRY=0; PREREQ_ONLY=0
+DRY=0; PREREQ_ONLY=0; QUICK=0
+if [[ "${1:-}" == "--quick" ]]; then QUICK=1; shift; fi
+if [[ $QUICK == 1 && "${1:-}" == "--dry" ]]; then DRY=1; shift; fi
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ "${1:-}" == "--prereq" ]]; then PREREQ_ONLY=1; shift; fi
 OUT="${1:-results/gpu}"
@@ -59,6 +64,14 @@ PY
 }
 
 if [[ $PREREQ_ONLY == 1 ]]; then prereq cuda; exit $?; fi
+if [[ $QUICK == 1 ]]; then
+  export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"  # the checkout itself, installed or not
+  export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$HOME/.cache/xsa/inductor}"
+  MODE=(--quick); LIMIT=420
+  if [[ $DRY == 1 ]]; then MODE=(--dry); LIMIT=300; else prereq cuda || exit 2; fi
+  timeout "$LIMIT" "$PY" -m xsa.gpu_check "${MODE[@]}" ${1:+--out "$1"}
+  exit $?
+fi
 if [[ $DRY == 1 ]]; then
   prereq cpu || exit 2
   D12=(--preset smoke --steps 3 --warmup 1 --train-steps 2 --device cpu)
@@ -69,7 +82,7 @@ else
   # d12: compiling two arms from a cold cache is most of the warm-up; then ~0.3 s a step each
   D12=(--preset d12 --steps 20 --warmup 3 --train-steps 15 --device cuda)
   D24=(--preset d24 --steps 20 --warmup 3 --total-batch-size 65536 --device cuda)
-  LIMIT_D12=300; LIMIT_D24=240
+  LIMIT_D12=300; LIMIT_D24=360  # d24: an estimated 175-300 s, two compiles included
 fi
 
 if compgen -G "$OUT/*.json" > /dev/null; then

@@ -1,7 +1,9 @@
 """The XSA cost benchmark (xsa/throughput.py) and the GPU check script: structure, never timings."""
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,7 @@ def test_command_runs_at_smoke_and_writes_pinned_keys(tmp_path, capsys):
         assert len(r["arms"][arm]["step_times_s"]) == 3
         assert len(r["loss_curves"][arm]) == 5  # warm-up + measured + training steps
     assert r["peak_mem_bytes"] > 0 and 0 < r["baseline_mfu"] < 1
+    assert r["datasheet_peak_flops"] is None and r["baseline_mfu_datasheet"] is None  # CPUs have no datasheet
     assert r["provenance"]["config_hash"] and r["provenance"]["xsa_config_hash"] != r["provenance"]["config_hash"]
     assert "overhead" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # results are never overwritten
@@ -107,3 +110,80 @@ def test_gpu_check_names_missing_prerequisites():
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--prereq"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "missing: a CUDA build of torch" in proc.stdout
+
+
+def test_datasheet_peaks_by_device_name(monkeypatch):
+    from xsa.common import datasheet_peak_flops, mfu
+    assert datasheet_peak_flops(torch.device("cpu")) is None
+    for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
+                       ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
+        assert datasheet_peak_flops(torch.device("cuda")) == peak, name
+    # one MFU, two peaks: the measured one (about 790 TFLOP/s on an H200) and the datasheet's 989
+    assert mfu(1e9, 4e5, 1.0, 790e12) == pytest.approx(1e9 * 4e5 / 790e12)
+    assert mfu(1e9, 4e5, 1.0, None) is None
+
+
+def test_gpu_quick_check_dry_mode(tmp_path):
+    """The five-minute GPU check's parts on a CPU (tiny shapes, eager bf16 autocast), through the script."""
+    out = tmp_path / "quick.json"
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["complete"] and r["ok"] and r["dry"]
+    parts = r["parts"]
+    assert set(parts) == {"versions", "compile", "steps", "precision", "abba", "xsa_cos", "resume"}
+    assert all(p["ok"] for p in parts.values()), {k: p.get("error") for k, p in parts.items()}
+    assert parts["versions"]["matmul_peak_flops"] > 0 and parts["versions"]["datasheet_peak_flops"] is None
+    assert len(set(parts["steps"]["lr_mults"])) == 4 and parts["steps"]["new_graphs"] in (0, None)
+    assert parts["precision"]["loss_diff"] < parts["precision"]["loss_tol"]
+    assert parts["abba"]["baseline_tok_per_s"] > 0 and parts["abba"]["xsa_mfu"] > 0
+    assert max(parts["xsa_cos"]["mean_abs_cos_per_layer"]) < 1e-3
+    assert parts["resume"]["bitwise_equal"]
+    again = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "never overwritten" in again.stderr
+
+
+def test_gpu_quick_check_needs_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    from xsa.gpu_check import main as quick_main
+    with pytest.raises(SystemExit) as e:
+        quick_main(["--quick"])
+    assert e.value.code == 2 and "--dry" in capsys.readouterr().err
+
+
+BLOCKER = """
+import importlib.machinery, sys
+class Block:  # these packages' imports fail, as on a server that lacks them
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"pyarrow", "yaml", "rustbpe", "filelock", "pandas", "matplotlib", "papermill"}:
+            return importlib.machinery.ModuleSpec(name, self)
+    def create_module(self, spec):
+        raise ImportError("not installed here: " + spec.name)
+    def exec_module(self, module):
+        pass
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_training_and_benchmark_need_only_torch_numpy_tiktoken_tqdm(smoke_data, tmp_path):
+    """A server with its own torch gets numpy, tiktoken and tqdm, nothing else: training on built
+    data and the benchmark still run (the builder's and the evaluation's imports stay lazy)."""
+    code = BLOCKER + f"""
+import torch
+torch.set_num_threads(1)
+from xsa.config import make_config
+from xsa.train import train
+from xsa.throughput import run_throughput
+s = train(make_config("smoke", eval_every=1000, checkpoint_every=1000), {str(tmp_path / "r")!r},
+          data_dir={str(smoke_data)!r}, max_steps=2, progress=False)
+assert s["steps"] == 2
+run_throughput("smoke", steps=1, warmup=0, device="cpu", threads=1, progress=False)
+print("ran")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr[-3000:]

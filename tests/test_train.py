@@ -137,6 +137,66 @@ def test_ddp_matches_gradient_accumulation(smoke_data, tmp_path):
     assert ddp["final_weights_sha256"] == single["final_weights_sha256"]  # here to the bit
 
 
+# Resume under torchrun: Muon's momentum and second moments live on each matrix's owner rank only;
+# the checkpoint gathers them, so stopping and resuming changes nothing, on any world size
+
+RESUME_2 = dict(total_batch_size=2 * 4 * 64, num_tokens=30 * 2 * 4 * 64, eval_every=1000, checkpoint_every=10)
+
+
+def _ddp_plan_worker(rank, world, port, out, data, plan):
+    """Every rank trains `out` once per entry of `plan` (train's keyword arguments), in one process group."""
+    import torch.distributed as dist
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        for kw in plan:
+            train(make_config("smoke", **RESUME_2), out, data_dir=data, progress=False, device="cpu", **kw)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_rank_resume_is_bit_identical(smoke_data, tmp_path):
+    data = str(smoke_data)
+    mp.spawn(_ddp_plan_worker, args=(2, _free_port(), str(tmp_path / "full"), data, [{}]), nprocs=2)
+    mp.spawn(_ddp_plan_worker, args=(2, _free_port(), str(tmp_path / "part"), data,
+                                     [dict(max_steps=20), dict(resume=True)]), nprocs=2)
+    full, part = read_json(tmp_path / "full" / "summary.json"), read_json(tmp_path / "part" / "summary.json")
+    assert full["world_size"] == part["world_size"] == 2 and full["steps"] == part["steps"] == 30
+    assert part["final_weights_sha256"] == full["final_weights_sha256"]
+    assert losses(tmp_path / "part") == losses(tmp_path / "full")
+    state = torch.load(checkpoint.state_path(tmp_path / "part"), weights_only=True)
+    muon = state["optimizers"][1]["state"]
+    n_matrices = len(state["optimizers"][1]["param_groups"][0]["params"])
+    assert state["world_size"] == 2 and len(muon) == n_matrices  # every rank's share, not rank 0's alone
+    assert all(t.abs().sum() > 0 for entry in muon.values() for t in entry.values())
+
+    # the same 2-rank checkpoint at step 20 resumed by one process (2 micro-batches): still bit for bit
+    one = tmp_path / "one"
+    mp.spawn(_ddp_plan_worker, args=(2, _free_port(), str(one), data, [dict(max_steps=20)]), nprocs=2)
+    resumed = train(make_config("smoke", **RESUME_2), one, data_dir=smoke_data, resume=True, progress=False)
+    assert resumed["world_size"] == 1 and resumed["final_weights_sha256"] == full["final_weights_sha256"]
+
+
+def test_checkpoint_missing_owner_state_is_refused(smoke_data, tmp_path):
+    """A state.pt holding rank 0's Muon matrices alone (as rank 0 used to save under torchrun) is
+    refused, instead of restarting the other matrices' momentum from zero."""
+    cfg = make_config("smoke", **QUIET)
+    out = tmp_path / "r"
+    run(cfg, out, smoke_data, max_steps=3)
+    path = checkpoint.state_path(out)
+    state = torch.load(path, weights_only=True)
+    del state["optimizer_state"], state["world_size"]
+    muon = state["optimizers"][1]["state"]
+    for key in list(muon)[1::2]:  # the matrices rank 1 of 2 owned
+        del muon[key]
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="Muon state of 7 of 13 matrices"):
+        run(cfg, out, smoke_data, resume=True)
+
+
 # -----------------------------------------------------------------------------
 # (i) the logged EMA, the step convention, the run records
 
@@ -234,6 +294,14 @@ def test_cli_bad_input_names_the_field(args, field, tmp_path, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and field in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()  # checked before anything was created
+
+
+def test_cli_device_batch_size_keeps_the_total_batch(smoke_data, tmp_path):
+    out = tmp_path / "r"
+    main(["--preset", "smoke", "--device-batch-size", "2", "--max-steps", "1", "--out", str(out),
+          "--data-dir", str(smoke_data), "--no-progress"])
+    saved = read_json(out / "config.json")
+    assert saved["device_batch_size"] == 2 and saved["total_batch_size"] == make_config("smoke").total_batch_size
 
 
 def test_cli_bad_out_fails_before_any_work(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """
 Checkpoints of a run folder, and loading a trained model back for evaluation.
 
-RUN_DIR/ckpt/state.pt   everything needed to continue bit-exactly: model and optimizer states, the
+RUN_DIR/ckpt/state.pt   everything needed to continue bit-exactly: model and optimizer states (every
+                        rank's share of Muon's state, gathered to rank 0 under torchrun), the
                         step (the data loader is a pure function of it), the loop's running values
                         (loss EMA, timers, last val bpb) and every RNG state (python, numpy, torch, cuda).
 RUN_DIR/ckpt/model.pt   the model weights alone, with the config, for evaluation and diagnostics.
@@ -90,12 +91,32 @@ def _set_rng_state(state: dict) -> None:
 # -----------------------------------------------------------------------------
 # Training state
 
+def optimizer_states(optimizers) -> list[dict]:
+    """Every optimizer's complete state: a collective under torch.distributed (every rank calls it),
+    complete on rank 0. Muon's per-matrix state lives on each matrix's owner rank and is gathered
+    (Muon.full_state_dict); AdamW's is the same on every rank."""
+    return [opt.full_state_dict() if hasattr(opt, "full_state_dict") else opt.state_dict() for opt in optimizers]
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def save_training_state(run_dir, *, model, optimizers, step: int, loop_state: dict, config: TrainConfig) -> Path:
+    """Write RUN_DIR/ckpt/state.pt. Under torch.distributed every rank calls this (the optimizer
+    state is gathered from all of them) and rank 0 writes the file, with the world size it ran on."""
+    import torch.distributed as dist
     path = state_path(run_dir)
+    optimizers = optimizer_states(optimizers)
+    if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        return path
     atomic_torch_save(path, {
         "step": step,
         "model": model.state_dict(),
-        "optimizers": [opt.state_dict() for opt in optimizers],
+        "optimizers": optimizers,
+        "optimizer_state": "complete",  # every rank's share (older files hold rank 0's alone)
+        "world_size": _world_size(),
         "loop_state": loop_state,
         "rng": _rng_state(),
         "config": config.to_dict(),
@@ -103,12 +124,30 @@ def save_training_state(run_dir, *, model, optimizers, step: int, loop_state: di
     return path
 
 
+def _check_complete(path, state: dict, optimizers) -> None:
+    """Refuse a checkpoint whose Muon state misses matrices: one written by rank 0 alone under
+    torchrun before the state was gathered (rank 0 held only the matrices it owns)."""
+    if state.get("optimizer_state") == "complete" or state.get("step", 0) == 0:
+        return
+    for opt, opt_state in zip(optimizers, state["optimizers"]):
+        if hasattr(opt, "full_state_dict"):
+            n = sum(len(g["params"]) for g in opt.param_groups)
+            if len(opt_state["state"]) < n:
+                raise ValueError(f"{path}: holds the Muon state of {len(opt_state['state'])} of {n} matrices "
+                                 "(written under torchrun by rank 0 alone, before every rank's state was "
+                                 "saved); resuming it would restart the others from zero, so train the run "
+                                 "again (--overwrite)")
+
+
 def load_training_state(run_dir, *, model, optimizers, config: TrainConfig) -> tuple[int, dict]:
-    """Restore model, optimizers and RNGs in place; return (step, loop_state)."""
+    """Restore model, optimizers and RNGs in place; return (step, loop_state). Every rank loads the
+    whole file; Muon keeps the state of the matrices the rank owns at the current world size, so a
+    checkpoint of any world size resumes on any other."""
     path = state_path(run_dir)
     state = load_checked(path)
     if TrainConfig.from_dict(state.get("config") or {}, str(path)) != config:  # by value, as config.json
         raise ConfigError(f"config: {path} was written by a different training config")
+    _check_complete(path, state, optimizers)
     try:
         model.load_state_dict(state["model"])
         for opt, opt_state in zip(optimizers, state["optimizers"], strict=True):

@@ -132,3 +132,28 @@ def mfu(flops_per_token: float, tokens: float, seconds: float, peak: float | Non
     if not peak or seconds <= 0:
         return None
     return flops_per_token * tokens / seconds / (peak * world)
+
+
+# bf16 dense tensor-core peaks of the datasheets (FLOP/s, no sparsity), as nanochat divides by:
+# (substring of torch.cuda.get_device_name, peak), the first match wins
+DATASHEET_BF16_PEAKS = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM
+    ("H200", 989e12),
+    ("GH200", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("A10G", 70e12),
+)
+
+
+def datasheet_peak_flops(device: torch.device) -> float | None:
+    """The datasheet's bf16 dense peak of this GPU (DATASHEET_BF16_PEAKS), None where the table has
+    no entry or on CPUs (no datasheet number). MFU against it is what nanochat reports; MFU against
+    the measured matmul peak (`peak_flops`) is what this device can reach."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in DATASHEET_BF16_PEAKS if key in name), None)

@@ -21,7 +21,10 @@ COMPUTE_DTYPE) and in fp32 elsewhere (bf16 matmuls are slow on CPUs).
 Distributed: no DDP. Each rank accumulates its own gradients; Muon's step reduces every matrix's
 gradient to the rank that owns it (matrix i belongs to rank i % world), the owner computes the
 update, and broadcasts the new weights; AdamW's gradients are all-reduced first (`sync_grads`).
-On one process nothing is communicated and the update is the per-matrix function above.
+On one process nothing is communicated and the update is the per-matrix function above. Muon's
+state (momentum, second moment) lives on the owner only: a checkpoint gathers it to rank 0
+(`Muon.full_state_dict`), and loading keeps each rank's share, so a resume on any world size
+continues with every matrix's state.
 """
 
 from __future__ import annotations
@@ -177,13 +180,15 @@ class Muon(torch.optim.Optimizer):
     def step(self):
         rank, world = _world()
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            # matrix i of a group belongs to rank i % world, whether or not it has a gradient, so that
+            # ownership is a fixed function of the model (full_state_dict and load_state_dict use it)
+            params = [(i, p) for i, p in enumerate(group["params"]) if p.grad is not None]
             # phase 1: every gradient on its way to its owner
             works = [dist.reduce(p.grad, dst=i % world, async_op=True) if world > 1 else None
-                     for i, p in enumerate(params)]
+                     for i, p in params]
             # phase 2: each owner updates its matrices and sends them out
             sends = []
-            for i, (p, work) in enumerate(zip(params, works)):
+            for (i, p), work in zip(params, works):
                 owner = i % world
                 if work is not None:
                     work.wait()
@@ -198,6 +203,46 @@ class Muon(torch.optim.Optimizer):
                     sends.append(dist.broadcast(p, src=owner, async_op=True))
             for w in sends:
                 w.wait()
+
+    @torch.no_grad()
+    def full_state_dict(self) -> dict:
+        """The state_dict of every matrix, gathered from the owner ranks (a collective: every rank
+        calls it; the result is complete on rank 0, the other ranks get their own state_dict()).
+
+        Each rank holds the momentum and NorMuon second moment of only the matrices it owns, so
+        state_dict() of rank 0 alone would miss (world - 1) / world of them. The gathered state does
+        not depend on the world size: load_state_dict keeps each rank's share of it, on any world size.
+        """
+        rank, world = _world()
+        local = self.state_dict()
+        if world == 1:
+            return local
+        state = {}
+        for group, saved in zip(self.param_groups, local["param_groups"]):
+            for i, (p, key) in enumerate(zip(group["params"], saved["params"])):
+                owner = i % world
+                own = self._state(p, group["beta2"]) if owner == rank else None  # zeros if never stepped
+                entry = {}
+                for name, shape in (("momentum_buffer", p.shape),
+                                    ("second_momentum_buffer", second_moment_shape(p.shape))):
+                    if name == "second_momentum_buffer" and group["beta2"] is None:
+                        continue
+                    t = own[name] if own is not None else torch.empty(shape, dtype=p.dtype, device=p.device)
+                    dist.broadcast(t, src=owner)
+                    if rank == 0:  # the other ranks drop what they received at once
+                        entry[name] = t
+                state[key] = entry
+        return {"state": state, "param_groups": local["param_groups"]} if rank == 0 else local
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a full state (full_state_dict), then keep only the matrices this rank owns."""
+        super().load_state_dict(state_dict)
+        rank, world = _world()
+        if world > 1:
+            for group in self.param_groups:
+                for i, p in enumerate(group["params"]):
+                    if i % world != rank:
+                        self.state.pop(p, None)
 
 
 class AdamW(torch.optim.AdamW):

@@ -26,7 +26,10 @@ The learning rate is the optimizer's initial one, constant (no schedule): this i
 MFU = flops_per_token (model.estimate_flops(), the baseline's count for both arms) * tokens/s
       / peak, where peak is a matmul throughput measured here on this device (bf16 on CUDA, fp32
       on CPU), not a datasheet number. On CPU both are per second of this process's CPU time, so
-      other programs' load does not bend the ratio.
+      other programs' load does not bend the ratio. mfu_datasheet divides by the GPU datasheet's
+      bf16 dense peak instead (xsa.common.DATASHEET_BF16_PEAKS, e.g. 989 TFLOP/s on H100 SXM and
+      H200), the number nanochat reports; None on CPU. The measured peak is lower (about 790 TFLOP/s
+      on an H200), so mfu > mfu_datasheet.
 
     python -m xsa.throughput --preset cpu-w64-d4 --steps 20 --threads 1     # CPU, on a shared machine
     python -m xsa.throughput --preset d12 --steps 20                    # GPU (compiled, bf16 autocast)
@@ -46,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xsa.common import matmul_peak_flops, mfu, sync
+from xsa.common import datasheet_peak_flops, matmul_peak_flops, mfu, sync
 
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
@@ -143,7 +146,7 @@ def overhead_stats(base: list[float], xsa: list[float]) -> dict:
     }
 
 
-def arm_summary(arm: Arm, tokens_per_step: int, peak: float) -> dict:
+def arm_summary(arm: Arm, tokens_per_step: int, peak: float, sheet: float | None = None) -> dict:
     t = arm.times
     q1, _, q3 = statistics.quantiles(t, n=4) if len(t) >= 2 else (t[0], t[0], t[0])
     med = statistics.median(t)
@@ -158,6 +161,7 @@ def arm_summary(arm: Arm, tokens_per_step: int, peak: float) -> dict:
         "step_cpu_times_s": arm.cpu_times if arm.device.type == "cpu" else None,
         "tok_per_s": tokens_per_step / med,
         "mfu": mfu(arm.flops_per_token, tokens_per_step, busy, peak),
+        "mfu_datasheet": mfu(arm.flops_per_token, tokens_per_step, busy, sheet),
         "peak_step_mem_bytes": max(arm.step_mem) if arm.step_mem else None,
         "flops_per_token": arm.flops_per_token,
     }
@@ -197,9 +201,10 @@ def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: 
         accum = base.step_fn.cfg.total_batch_size // (B * T)
         tokens_per_step = accum * B * T
         peak, peak_dtype = matmul_peak_flops(dev)
+        sheet = datasheet_peak_flops(dev)
 
         def record(complete: bool) -> dict:
-            summaries = {name: arm_summary(arm, tokens_per_step, peak) for name, arm in arms.items()}
+            summaries = {name: arm_summary(arm, tokens_per_step, peak, sheet) for name, arm in arms.items()}
             return {
                 "preset": cfg.preset,
                 "complete": complete,
@@ -230,7 +235,10 @@ def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: 
                 "threads": torch.get_num_threads(),
                 "baseline_mfu": summaries["baseline"]["mfu"],
                 "xsa_mfu": summaries["xsa"]["mfu"],
+                "baseline_mfu_datasheet": summaries["baseline"]["mfu_datasheet"],
+                "xsa_mfu_datasheet": summaries["xsa"]["mfu_datasheet"],
                 "matmul_peak_flops": peak,
+                "datasheet_peak_flops": sheet,
                 "matmul_peak_dtype": peak_dtype,
                 "mfu_clock": "process CPU time" if dev.type == "cpu" else "wall time",
                 "peak_mem_bytes": (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else peak_rss_bytes()),
@@ -337,7 +345,9 @@ def main(argv=None):
     lo, hi = result["overhead_ci95"]
     print(f"{args.preset} on {result['device']}: baseline {result['baseline_tok_per_s']:,.0f} tok/s, "
           f"xsa {result['xsa_tok_per_s']:,.0f} tok/s, overhead {100 * result['overhead_ratio']:+.2f}% "
-          f"(95% CI {100 * lo:+.2f}% .. {100 * hi:+.2f}%), MFU {100 * result['baseline_mfu']:.1f}%")
+          f"(95% CI {100 * lo:+.2f}% .. {100 * hi:+.2f}%), MFU {100 * result['baseline_mfu']:.1f}% of the measured peak"
+          + (f", {100 * result['baseline_mfu_datasheet']:.1f}% of the datasheet's"
+             if result["baseline_mfu_datasheet"] is not None else ""))
     print(f"wrote {out}")
 
 

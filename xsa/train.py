@@ -10,7 +10,8 @@ only the evaluation of the initial model. Val bpb is measured at step 0, every e
 the last step of the run.
 
 RUN_DIR/metrics.jsonl has one line per logged step: step, train_loss, train_loss_ema, lr_mult,
-tok_per_s, mfu, and on eval steps val_bpb and diag (attention diagnostics per layer on a fixed
+tok_per_s, mfu (against the measured matmul peak), mfu_datasheet (against the GPU datasheet's bf16
+peak, as nanochat; None on CPU), and on eval steps val_bpb and diag (attention diagnostics per layer on a fixed
 4-row validation batch, see xsa/diagnostics.py). train_loss_ema is an EMA (beta 0.9) of every
 step's train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
 
@@ -39,7 +40,7 @@ import torch.distributed as dist
 
 from xsa import checkpoint as ckpt
 from xsa.bpb import evaluate_bpb
-from xsa.common import autodetect_device, clock, device_name, dist_info, mfu, peak_flops, print0
+from xsa.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
 from xsa.config import PRESETS, ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
@@ -273,6 +274,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
 
     end = cfg.num_iterations if max_steps is None else min(cfg.num_iterations, max_steps)
     flops_per_token, peak = model.estimate_flops(), peak_flops(device)
+    sheet = datasheet_peak_flops(device)  # the datasheet's bf16 peak (GPUs only): nanochat's MFU
     ema_dtype = torch.float32 if device.type == "mps" else torch.float64
     ema = torch.tensor(loop.ema, dtype=ema_dtype, device=device)
     print0(f"{cfg.preset}: {model.num_params():,} params, {cfg.num_iterations} steps of {cfg.total_batch_size:,} "
@@ -305,7 +307,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                 loop.timed_tokens += tokens
             record.update(train_loss=loop.train_loss, train_loss_ema=ema.item() / (1 - EMA_BETA ** step),
                           lr_mult=step_fn.lr, tok_per_s=tokens / dt,
-                          mfu=mfu(flops_per_token, tokens, dc, peak, world))
+                          mfu=mfu(flops_per_token, tokens, dc, peak, world),
+                          mfu_datasheet=mfu(flops_per_token, tokens, dc, sheet, world))
             pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
             t_last, c_last, since_log, paused, paused_c = time.perf_counter(), clock(device), 0, 0.0, 0.0
         # evaluation and checkpoints are not training time; on CPU `clock` is CPU time, which a loaded
@@ -324,9 +327,9 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                 raise _diverged("non-finite weights", step, out)
             loop.ema = ema.item()
             t_wall, t_cpu = _add_times(loop, t_wall, t_cpu)
-            if rank == 0:
-                ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
-                                         loop_state=asdict(loop), config=cfg)
+            # every rank: Muon's state is gathered from the owner ranks; rank 0 writes the file
+            ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
+                                     loop_state=asdict(loop), config=cfg)
         paused, paused_c = paused + time.perf_counter() - t_pause, paused_c + clock(device) - c_pause
     pbar.close()
     _add_times(loop, t_wall, t_cpu)
@@ -386,6 +389,9 @@ def main(argv=None):
                    help="project against the aggregated v (mixed, with value embedding) or c_v(x) alone (plain)")
     p.add_argument("--optimizer", default=None, choices=["muon", "adamw"], help="Muon+AdamW or AdamW alone")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
+    p.add_argument("--device-batch-size", type=int, default=None,
+                   help="rows per micro-batch (default: the preset's; the total batch stays, more micro-batches "
+                        "accumulate), e.g. 8 for d24-nanochat on an 80 GB GPU")
     p.add_argument("--out", default=None, help="run folder (default: results/runs/<run id>, e.g. cpu-w64-d4_xsa1_s0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
@@ -396,7 +402,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         overrides = dict(xsa_alpha=args.alpha, xsa_layers=args.xsa_layers, xsa_value=args.xsa_value,
-                         optimizer=args.optimizer)
+                         optimizer=args.optimizer, device_batch_size=args.device_batch_size)
         run = Run.of(args.preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
         out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,

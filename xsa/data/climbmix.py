@@ -17,8 +17,6 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import pyarrow.parquet as pq
-
 from xsa.common import cache_dir
 from xsa.data.hub import download_parquet
 
@@ -135,6 +133,7 @@ def iter_documents(paths: Iterable[Path], batch_rows: int = 1024) -> Iterator[st
     """The `text` of every row of the given parquet files, in file and row order."""
     for path in paths:
         try:
+            import pyarrow.parquet as pq  # here: training on a built folder never needs pyarrow
             pf = pq.ParquetFile(path)
         except Exception as e:
             raise ValueError(f"ClimbMix shard {path} is not a readable parquet file ({e}); delete it to re-download") from e
