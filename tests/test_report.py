@@ -260,8 +260,8 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     assert len(per_sweep) == 2 and "lowest at 0.02" in per_sweep[0] and "one seed: no interval" in per_sweep[0]
     assert "0.02 for the baseline and 0.04 for XSA (recipe 0.02)" in summary and "XSA moves the optimum" in summary
     assert "0.01: +0.66%, 0.02: +0.67%, 0.04: -1.32%" in summary  # XSA minus baseline at each LR, same seed
-    refs = report.text.Refs(study, built)
-    assert "lowest val bpb on the grid is at matrix LR 0.02" in report.text.results_lr(study, built, refs)
+    refs = report.sections.Refs(study, built)
+    assert "lowest val bpb on the grid is at matrix LR 0.02" in report.sections.results_lr(study, built, refs)
     assert "**Tuning.**" not in report.text.discussion(study, built)  # the baseline is at its best already
     # a baseline better at 0.04, where XSA's gain turns into a loss: the results and the abstract say so
     bpb.update({("base", 0.04): 1.48, ("xsa", 0.02): 1.49, ("xsa", 0.04): 1.485})
@@ -271,11 +271,11 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     for a, v in zip(pair.arms(), (1.50, 1.51)):
         write_run(tmp_path / "tuned", a.run(1), v)
     tuned = report.build(study, tmp_path / "tuned")
-    text = report.text.results_lr(study, tuned, report.text.Refs(study, tuned))
+    text = report.sections.results_lr(study, tuned, report.sections.Refs(study, tuned))
     assert "at matrix LR 0.04 (the top of the grid, so its optimum may lie beyond it), -1.33% against" in text
     assert "XSA's change is -0.67% at 0.02 and +0.34% at 0.04: its gain does not survive tuning the baseline" in text
     assert ("where the baseline does best (the top of the grid), 0.04, XSA's change is +0.34% (1 seed), a reversal"
-            in report.text.abstract(study, tuned))
+            in report.sections.abstract(study, tuned))
     assert "**Tuning.**" in report.text.discussion(study, tuned)
     # the learning-rate figure: one panel per preset, n = 1 points (no interval)
     assert tuned["figures"]["lr"] is not None
@@ -362,13 +362,13 @@ def test_cpu_identity_tells_machines_apart():
 
 def test_machine_warning_when_the_arms_of_a_seed_differ(results, study):
     built = report.build(study, results)
-    assert report.text.machine_warnings(study, built) == []
+    assert report.sections.machine_warnings(study, built) == []
     run = next(r for r in study.runs if xsa_on(r))
     atomic_write_json(results / "runs" / run.run_id / "provenance.json",
                       {"config_hash": run.config().config_hash(), "git_commit": "abc", "seed": run.seed,
                        "cpu_identity": {"vendor": "GenuineIntel", "family": "6", "model": "143", "stepping": "8",
                                         "torch_capability": "AVX512"}})
-    warnings = report.text.machine_warnings(study, report.build(study, results))
+    warnings = report.sections.machine_warnings(study, report.build(study, results))
     assert len(warnings) == 1 and f"seed {run.seed}" in warnings[0] and "GenuineIntel" in warnings[0]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from xsa.report.claims import claims_table
 from xsa.report import text  # noqa: E402 (the paper's sentences)
+from xsa.report import sections  # noqa: E402,F401 (the paper's sections)
 from xsa.report.integrity import RecordError, check_records, validate
 from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
                                 fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
