@@ -28,8 +28,17 @@ from xsa.data import climbmix, sources
 from xsa.data.shards import ShardWriter, tokenize_split, write_manifest
 from xsa.data.tokenizer import Tokenizer
 
-if TYPE_CHECKING:  # the builder alone needs it (and the eval bundle's yaml): training imports this module
+if TYPE_CHECKING:
     from xsa.data.decontam import Decontaminator
+
+
+def __getattr__(name: str):
+    """Decontaminator on first use: only a build needs it (and the eval bundle's yaml behind it),
+    while training imports this module for COMPLETE."""
+    if name == "Decontaminator":
+        from xsa.data.decontam import Decontaminator
+        return Decontaminator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 COMPLETE = "BUILD_COMPLETE"
 MARKER = ".xsa-data-build"  # written first into every build (not in the manifest): "this folder is ours"
@@ -272,8 +281,7 @@ def _build_into(subset: str, out: Path, bundle: Path | None, num_train: int | No
     vocab_size, corpus = DATA_SUBSETS[subset]["vocab_size"], DATA_SUBSETS[subset]["corpus"]
     out.mkdir(parents=True)
     (out / MARKER).write_text(MARKER_TEXT)  # first: a half-built DIR is recognisably ours
-    from xsa.data.decontam import Decontaminator
-    decon = Decontaminator(bundle)  # the bundle (downloaded if need be) before any shard download
+    decon = getattr(sys.modules[__name__], "Decontaminator")(bundle)  # module attribute: patchable in tests  # the bundle (downloaded if need be) before any shard download
     streams = climbmix_streams(num_train) if corpus == "climbmix" else registry_streams(corpus)
     timings["decontam_index_s"] = round(time.time() - t0, 2)
 
