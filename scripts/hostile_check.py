@@ -200,7 +200,8 @@ def folder_cases(env: Env) -> list:
         else:
             a = slow_training(env, d, "--alpha", "1", wait_lines=12)  # past its checkpoint at step 10
             b = env.py(*train_cmd(d, *second))
-        a.communicate(timeout=600)
+        a_out, a_err = a.communicate(timeout=600)
+        a = subprocess.CompletedProcess(a.args, a.returncode, a_out, a_err)
         steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()] \
             if (d / "metrics.jsonl").exists() else []
         alpha = json.loads((d / "config.json").read_text())["model"]["xsa_alpha"] if (d / "config.json").exists() else None
@@ -254,8 +255,8 @@ def folder_cases(env: Env) -> list:
                 res.returncode, _tail(res)))
     # diagnostics of a folder while a training holds it
     d4 = t / "busy"
-    shutil.copytree(d, d4)  # a trained run, retrained over with --overwrite while diagnostics read it
-    p = slow_training(env, d4, "--overwrite")
+    env.py(*train_cmd(d4, "--max-steps", "10"))  # a model at step 10, resumed to 30 while diagnostics read it
+    p = slow_training(env, d4, "--resume", wait_lines=13)
     res = env.py("-m", "xsa.diagnostics", "--run", str(d4), "--out", str(t / "busy_diag.json"))
     p.communicate(timeout=600)
     out.append(("folders", "diagnostics of a folder in training", judge_error(res, str(d4)), res.returncode, _tail(res)))
