@@ -161,6 +161,11 @@ class Study:
     correction: str = ""
     priorities: str = ""
 
+    def __post_init__(self):
+        # every paper has a primary comparison: a study that names none reports its first main pair
+        if not self.primary and self.main:
+            object.__setattr__(self, "primary", self.main[0].name)
+
     def scores(self, arm: Arm) -> bool:
         """Whether the evaluate stage scores this arm's runs (CORE, and ChatCORE for chat_arms)."""
         arms = {a.name for a in (*(self.core_arms or ()), *self.chat_arms)}
