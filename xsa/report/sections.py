@@ -50,6 +50,11 @@ class Refs:
         return f"**{self.tab(name)}.** {text}"
 
 
+def _scale(study) -> str:
+    """The study's scale as the paper says it: "CPU scale", "smoke scale", "GPU scale"."""
+    return study.scale.split(" (")[0]
+
+
 def _rel(e: dict) -> str:
     """'-0.15% [-0.41%, +0.11%] (n = 8)' of an `effect` dict."""
     return f"{pct(e['rel_mean'])} {pct_ci(e['rel_ci'])} (n = {e['n']})"
@@ -79,7 +84,7 @@ def answer(study, built) -> str:
     first = pre if pre and pre["n"] < full["n"] else full
     verdict = {"lowers": "XSA lowers", "raises": "XSA raises"}.get(direction(first["rel_ci"]),
                                                                    "XSA does not measurably change")
-    text = (f"On nanochat's Muon stack at CPU scale, {verdict} the final validation bits per byte on the "
+    text = (f"On nanochat's Muon stack at {_scale(study)}, {verdict} the final validation bits per byte on the "
             f"pre-registered primary comparison {where}: {_rel(first)}"
             + (f" over the {first['n']} planned paired seeds" if first is pre else "")
             + (f", an interval that {'excludes' if first['rel_ci'].excludes(0.0) else 'includes'} zero"
@@ -348,7 +353,7 @@ def conclusion(study, built, refs: Refs) -> str:
         return "_Written once the primary comparison has two paired seeds._"
     main = pre if pre and pre["n"] < full["n"] else full
     heads = sorted({r["heads"] for r in built["tables"]["setup"]})
-    text = (f"At CPU scale on nanochat's Muon stack, XSA's effect on the primary endpoint is {_rel(main)}"
+    text = (f"At {_scale(study)} on nanochat's Muon stack, XSA's effect on the primary endpoint is {_rel(main)}"
             + (" on the planned seeds" if main is pre else "")
             + f": {'no effect can be excluded' if not main['rel_ci'].excludes(0.0) else 'an effect is detected'}"
             + (f", and the {full['n'] - pre['n']} post hoc seeds move it to {_rel(full)}" if main is pre else "")
