@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 from xsa.records import REPO_ROOT, atomic_write_text
+
+FILENAME = "preregistration.md"  # under <results>/<study>/
 from xsa.studies import get_study
 
 # the study whose records size the design, and the comparison whose spread is used
@@ -148,7 +150,7 @@ def main(argv=None) -> int:
     if args.study not in ADAPTIVE:
         p.error(f"--study {args.study!r}: not a pre-registered adaptive study (choose from {', '.join(sorted(ADAPTIVE))})")
     results = Path(args.results)
-    out = Path(args.out) if args.out else results / args.study / "preregistration.md"
+    out = Path(args.out) if args.out else results / args.study / FILENAME
     atomic_write_text(out, document(args.study, results))
     print(f"pre-registration of {args.study}: {out}")
     return 0

@@ -160,6 +160,8 @@ class Study:
     secondary: tuple[str, ...] = ()
     correction: str = ""
     priorities: str = ""
+    robustness: str = ""  # an adaptive study whose records make this paper's robustness table
+    estimate_from: int = 0  # seeds below select (an LR) and are never reused for an estimate
 
     def __post_init__(self):
         # every paper has a primary comparison: a study that names none reports its first main pair
@@ -241,7 +243,7 @@ def _default() -> Study:
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; 64-wide models, not the seed paper's d12/d24)",
         runs=_unique(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
-        half_width_target=0.002,
+        half_width_target=0.002, robustness="robust",
         comparisons=(Contrast("depth", d4, d8), Contrast("optimizer", d4, adamw), Contrast("smear_backout", d4, plain),
                      sweep, *lr),
         claims=(
@@ -339,7 +341,7 @@ def _robust(results) -> Study:
     return Study(
         name="robust", scale="CPU scale (2-core CPU, fp32, compiled; 64- and 128-wide models, not d12/d24)",
         runs=_unique(runs), main=tuple(main), comparisons=tuple(comparisons), primary="cpu-w64-d4 tuned",
-        half_width_target=PRECISION.half_width, core_arms=(), diagnostics=dict(batch_size=8, batches=2),
+        half_width_target=PRECISION.half_width, estimate_from=PRECISION.start, core_arms=(), diagnostics=dict(batch_size=8, batches=2),
         rules=(("each arm's matrix LR at cpu-w64-d4", PICK.describe()),
                ("each arm's matrix LR at cpu-w128-d4", PICK_HEADS.describe()),
                ("the primary comparison's seeds", PRECISION.describe()),

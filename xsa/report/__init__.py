@@ -156,7 +156,9 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
     from xsa.studies import Contrast, Paired, Sweep
     results_dir = Path(results_dir)
     leave_out = sorted(set(leave_out or ()))
-    runs = load_runs(results_dir, [r.run_id for r in study.runs if r.run_id not in leave_out])
+    every = load_runs(results_dir, [r.run_id for r in study.runs if r.run_id not in leave_out])
+    # the runs every estimate is made on: seeds below estimate_from only select (an LR) and are never reused
+    runs = [r for r in every if r["spec"].seed >= study.estimate_from]
     tp = {p: t for p, t in load_throughput(results_dir).items() if p in study.presets()}
     out_dir = Path(out_dir) if out_dir else results_dir
     tables_dir, figures_dir = out_dir / "tables", out_dir / "figures"
@@ -173,16 +175,21 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         "power": power_table(runs, study.main, study.pilot_seeds, study.claims,
                              study.half_width_target) if study.pilot_seeds else [],
         "arms": arms_table(runs, baseline=None),
-        **comparison_tables(study, runs),
+        **comparison_tables(study, every),
         "core_tasks": core_tasks_table(runs, main_arms),
         "task_effects": task_effects_table(runs, study.main),
         "diagnostics": diagnostics_table(runs, main_arms),
         "diagnostics_effects": diagnostics_effects_table(runs, study.main, DIAG_EFFECT_KEYS),
         "throughput": throughput_table(tp),
-        "runs": runs_table(runs),
-        "compute": compute_table(runs),
+        "runs": runs_table(every),
+        "compute": compute_table(every),
         "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
+    robust = None
+    if study.robustness:  # XSA's effect under every condition run, the robust study's records beside ours
+        from xsa.report.robust import robustness
+        robust = robustness(study, runs, results_dir)
+        tables["robustness"], tables["lr_selection"] = robust["rows"], robust["selection"]
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
     main_runs = [r for r in runs if r["arm"] in main_arms]
@@ -190,7 +197,7 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         "gap": fig_gap(gap_curves(runs, study.main), figures_dir, "gap"),  # the key figure
         "forest": fig_forest(forest_rows(study, runs), figures_dir, "forest",
                              "val bpb change relative to the reference arm (%), 95% CI over paired seeds"),
-        "lr": fig_lr(lr_points(study, runs), figures_dir, "lr"),
+        "lr": fig_lr(lr_points(study, every), figures_dir, "lr"),
         "train_loss": fig_curves(main_runs, "train_loss", "train loss (nats)", figures_dir, "train_loss"),
         "val_bpb_curves": fig_curves(main_runs, "val_bpb", "val bpb", figures_dir, "val_bpb_curves"),
         "val_bpb_arms": fig_intervals(tables["arms"], "val_bpb", "val bpb", figures_dir, "val_bpb_arms"),
@@ -209,8 +216,8 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         if path is None:
             for ext in ("png", "svg"):
                 (figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
-    return dict(runs=runs, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
-                left_out=leave_out)
+    return dict(runs=runs, every=every, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
+                left_out=leave_out, robust=robust)
 
 
 def summary_text(study, built: dict) -> str:
@@ -252,6 +259,9 @@ DISPLAY = {
     "runs": ["run", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
     "compute": ["preset", "stage", "runs", "cpu_min_per_run", "wall_min_per_run", "cpu_hours", "wall_hours"],
     "gpu": ["scale", "arm", "recipe", "n", "val_bpb", "core"],
+    "robustness": ["condition", "heads", "seq_len", "layers", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95",
+                   "excludes_zero", "excludes_seed_paper", "p_holm", "status"],
+    "lr_selection": ["grid", "preset", "matrix_lr", "n", "val_bpb", "selected"],
 }
 PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel",
            "rel_sd", "rel_ci_half_width", "rel_ci_half_width_first8", "overhead", "overhead_ci95"}
@@ -277,12 +287,14 @@ HEADERS = {
     "wall_min": "wall min", "cpu_min": "CPU min", "config_hash": "config", "git_commit": "commit",
     "stage": "stage", "cpu_min_per_run": "CPU min/run", "wall_min_per_run": "wall min/run",
     "cpu_hours": "CPU h", "wall_hours": "wall h", "recipe": "recipe", "d_val_bpb_vs_base": "difference",
-    "rel_vs_base": "relative", "seed": "seed",
+    "rel_vs_base": "relative", "seed": "seed", "condition": "condition", "excludes_zero": "excl. 0",
+    "excludes_seed_paper": "excl. seed paper", "p_holm": "Holm p", "status": "records", "grid": "grid",
+    "selected": "selected",
 }
 # integers with thousands separators, and fewer digits where four say nothing
 DIGITS = {"tokens_per_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
           "wall_min_per_run": 1, "cpu_hours": 1, "wall_hours": 1, "baseline_tok_per_s": 0, "xsa_tok_per_s": 0,
-          "core": 4}
+          "core": 4, "p_holm": 3}
 
 
 def _percent(value, signed: bool = True):
@@ -300,7 +312,7 @@ def _cell(col, value):
     if col in PERCENT:
         return _percent(value, col not in UNSIGNED)
     if isinstance(value, bool):
-        return str(value)
+        return ("yes" if value else "no") if col.startswith("excludes") or col == "selected" else str(value)
     if isinstance(value, int) and abs(value) >= 10000:
         return f"{value:,}"
     if isinstance(value, float) and col in DIGITS:

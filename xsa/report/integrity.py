@@ -99,7 +99,7 @@ def metrics_problems(path: Path) -> tuple[list[dict], list[str]]:
     return records, problems
 
 
-def _run_problems(study, run, run_dir: Path) -> list[str]:
+def _run_problems(study, run, run_dir: Path, diagnostics: bool = True) -> list[str]:
     problems: list[str] = []
     if not run_dir.is_dir():
         return [f"{run_dir}: missing (the study declares run {run.run_id})"]
@@ -158,6 +158,8 @@ def _run_problems(study, run, run_dir: Path) -> list[str]:
                 problems.append(f"{e}: tasks.{bad} is not finite")
             if (ev.get("core_detail") or {}).get("trained", {}).get("complete") is False:
                 problems.append(f"{e}: CORE scored a model that had not reached its horizon")
+    if not diagnostics and not (run_dir / "diagnostics.json").exists():
+        return problems
     diag = _json(run_dir / "diagnostics.json", problems)  # the diagnostics stage runs for every run
     if diag is not None and not diag.get("layers"):
         problems.append(f"{run_dir / 'diagnostics.json'}: no per-layer diagnostics")
@@ -174,6 +176,15 @@ def check_records(study, results_dir, leave_out=()) -> list[str]:
         if run.run_id not in leave_out:
             problems += _run_problems(study, run, root / run.run_id)
     return problems
+
+
+def check_present(study, results_dir) -> list[str]:
+    """Every problem of the runs of a study in progress (an adaptive one) that have written a
+    summary: a run not started or still training is not a record yet, a run with a summary must be
+    whole (its diagnostics aside: they come at the end of a pass)."""
+    root = Path(results_dir) / "runs"
+    return [p for run in study.runs if (root / run.run_id / "summary.json").exists()
+            for p in _run_problems(study, run, root / run.run_id, diagnostics=False)]
 
 
 def validate(study, results_dir, leave_out=()) -> list[str]:

@@ -16,7 +16,7 @@ from xsa.report.text import (_diag, _effect, _layers_phrase, contrast_sentences,
 # The paper's structure: numbered figures and tables, and the sentences around them
 
 FIGURES = ("gap", "forest", "lr", "task_effects", "diagnostics_effects")
-TABLES = ("setup", "power", "main", "claims", "throughput")
+TABLES = ("setup", "power", "main", "robustness", "claims", "throughput")
 # the appendix: per-comparison, per-task, per-layer and per-run detail (sweeps expanded per study)
 APPENDIX = ("effects", "@sweeps", "task_effects", "core_tasks", "diagnostics_effects", "diagnostics", "compute",
             "runs", "gpu")
@@ -53,6 +53,25 @@ class Refs:
 def _scale(study) -> str:
     """The study's scale as the paper says it: "CPU scale", "smoke scale", "GPU scale"."""
     return study.scale.split(" (")[0]
+
+
+def title(study) -> str:
+    return (f"Exclusive Self-Attention under Muon at {_scale(study)}: a seed-paired, pre-registered replication on "
+            f"nanochat's stack")
+
+
+def robust_sentence(built) -> str:
+    """The robust study's primary endpoint in one sentence ('' before it has two pairs)."""
+    rows = (built.get("robust") or {}).get("rows") or []
+    row = next((r for r in rows if r["family"] == "primary"), None)
+    if not row or row["n"] < 2:
+        return ""
+    ci = row["rel_ci95"]
+    return (f" With each arm at its own tuned matrix learning rate ({row['matrix_lr']}; the pre-registered robust "
+            f"study{', interim: ' + row['status'].split(': ')[1] if row['status'].startswith('interim') else ''}), "
+            f"XSA {_verb(ci)} val bpb: {pct(row['rel'])} {pct_ci(ci)} (n = {row['n']}), an interval that "
+            f"{'excludes' if ci.excludes(0.0) else 'includes'} zero and "
+            f"{'excludes' if row['excludes_seed_paper'] else 'includes'} the seed paper's effect.")
 
 
 def _rel(e: dict) -> str:
@@ -114,7 +133,7 @@ def abstract(study, built) -> str:
                 "primary comparison has at least two paired seeds._")
     setup = built["tables"]["setup"]
     heads = sorted({r["heads"] for r in setup})
-    text = answer(study, built)
+    text = answer(study, built) + robust_sentence(built)
     others = [p for p in study.main if p.name != study.primary]
     second = _effect(built, others[0].name) if others else None
     if second is not None and second["n"] >= 2:
@@ -188,6 +207,54 @@ def results_primary(study, built, refs: Refs) -> str:
                        f"{steps[0] / 1e6:.2f} M tokens and {pct(m(steps[-1]))} at the end.")
     out.append(f"{refs.fig('gap')} shows the gap during training; {refs.tab('main')} gives the levels beside the "
                f"seed paper's single runs.")
+    return " ".join(out)
+
+
+def robust_interim(built) -> str:
+    """'' when every row of the robustness table is complete, else what is still training."""
+    rows = (built.get("robust") or {}).get("rows") or []
+    open_rows = [r for r in rows if r["status"] != "complete"]
+    if not open_rows:
+        return ""
+    return (f"{len(open_rows)} of its {len(rows)} rows are still interim or not run (the study trains on; each "
+            f"row says how many of its declared pairs have records, and its verdict is final once all have)")
+
+
+def results_robust(study, built, refs: Refs) -> str:
+    """The robustness table: the pre-registration's date against the first records', each arm's selected
+    learning rate, and every condition's effect (Holm over the secondary family)."""
+    from xsa.report.robust import row_sentence
+    robust = built.get("robust")
+    if not robust:
+        return "_This study has no robustness table._"
+    pre, rows = robust["preregistration"], robust["rows"]
+    firsts = sorted(d[:16].replace("T", " ") for x in robust["runs"] if (d := (x["provenance"] or {}).get("date")))
+    when = (f"committed as {pre['commit']} on {pre['date']} UTC" if pre["commit"] else
+            "whose commit this checkout's history does not hold")
+    out = [f"The recipe-LR estimates rest on one learning rate. The robust study, pre-registered in "
+           f"`results/{robust['study'].name}/preregistration.md` ({when}; its first run record is dated "
+           f"{firsts[0] if firsts else 'n/a'} UTC), trains every run on the compiled CPU path and repeats the primary "
+           f"comparison with each arm at its own matrix learning rate, selected on seeds that are never reused for "
+           f"an estimate; its pairs use seeds from 100 on."]
+    grids = {}
+    for r in robust["selection"]:
+        grids.setdefault(r["grid"], []).append(r)
+    for name, pts in grids.items():
+        chosen = next((p["matrix_lr"] for p in pts if p["selected"]), None)
+        per = ", ".join(f"{p['matrix_lr']:g}: {p['val_bpb']:.4f}" for p in pts if p["val_bpb"] is not None)
+        arm = "the baseline" if name.endswith("base") else "XSA"
+        out.append(f"The grid selects {chosen:g} for {arm} (mean final val bpb over {pts[0]['n']} seeds: {per})."
+                   if chosen is not None else f"{arm}'s grid is still training.")
+    done = [row_sentence(r) for r in rows if r["family"] != "recipe-LR study" and r.get("n", 0) >= 2]
+    if done:
+        out.append("XSA's change in final val bpb: " + "; ".join(done) + ".")
+    if interim := robust_interim(built):
+        out.append(f"{interim[0].upper()}{interim[1:]}.")
+    out.append(f"{refs.tab('robustness')} sets every condition side by side, with whether its interval excludes zero "
+               f"and the seed paper's {pct(_seed_effect(study, study.primary))} and, for the "
+               f"secondary family, Holm-adjusted p-values (a member not run counts as p = 1). The tokens-per-parameter "
+               f"column is in nanochat's unit (training tokens per block-matrix-and-head parameter; nanochat trains "
+               f"d12 at 10-12).")
     return " ".join(out)
 
 

@@ -123,3 +123,26 @@ def seeds_needed(sd: float, effect: float, target: float = 0.8, level: float = 0
         if power(n, sd, effect, level) >= target:
             return n
     return None
+
+
+def t_pvalue(mean: float | None, sd: float | None, n: int) -> float | None:
+    """Two-sided p of a one-sample t-test of mean 0 (paired differences): None below two values."""
+    if mean is None or sd is None or n < 2:
+        return None
+    if sd == 0:
+        return 0.0 if mean else 1.0
+    return 1.0 - _t_two_sided(abs(mean) / (sd / math.sqrt(n)), n - 1)
+
+
+def holm(pvalues: list) -> list:
+    """Holm's step-down adjustment over a family of len(pvalues) tests (family-wise error rate). A test
+    not run (None) stays in the family as p = 1, so the family's size is the pre-registered one, and
+    its adjusted p is None."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: 1.0 if pvalues[i] is None else pvalues[i])
+    adjusted, running = [None] * m, 0.0
+    for rank, i in enumerate(order):
+        p = 1.0 if pvalues[i] is None else pvalues[i]
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = None if pvalues[i] is None else running
+    return adjusted

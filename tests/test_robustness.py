@@ -1,0 +1,102 @@
+"""The robustness table (xsa/report/robust.py) on records made up for the test: the robust study's
+rows estimate on their own seeds only (never the LR-selection seeds), a run still training is not a
+record yet, a damaged one stops the table, and the secondary family is Holm-adjusted."""
+
+import math
+
+import pytest
+
+from xsa.records import append_jsonl, atomic_write_json
+from xsa.report.integrity import RecordError
+from xsa.report.robust import robustness
+from xsa.report.stats import holm, t_pvalue
+from xsa.spec import Arm
+from xsa.studies import PICK, Study, get_study, xsa_pair
+
+D4 = [Arm.of("cpu-w64-d4", cpu_compile=True), Arm.of("cpu-w64-d4", cpu_compile=True, xsa_alpha=1.0)]
+
+
+def test_t_pvalue_and_holm_by_hand():
+    assert t_pvalue(2.262157, 1.0 * math.sqrt(10), 10) == pytest.approx(0.05, abs=1e-5)  # t = 2.262, df 9
+    assert t_pvalue(None, 1.0, 5) is None and t_pvalue(1.0, 1.0, 1) is None
+    # sorted 0.01, 0.03, 0.04 and one not run (p = 1): 4 x 0.01, 3 x 0.03, max(0.09, 2 x 0.04)
+    adjusted = holm([0.04, 0.01, None, 0.03])
+    assert adjusted[1] == pytest.approx(0.04) and adjusted[3] == pytest.approx(0.09)
+    assert adjusted[0] == pytest.approx(0.09) and adjusted[2] is None
+
+
+def whole(results, run, bpb, date="2026-12-02T01:00:00+00:00"):
+    """A run's record as the pipeline leaves it once trained (diagnostics aside)."""
+    d, cfg = results / "runs" / run.run_id, run.config()
+    n = cfg.num_iterations
+    atomic_write_json(d / "config.json", cfg.to_dict())
+    append_jsonl(d / "metrics.jsonl", {"step": n, "val_bpb": bpb})
+    atomic_write_json(d / "summary.json", dict(complete=True, val_bpb=bpb, steps=n, num_iterations=n))
+    atomic_write_json(d / "provenance.json", dict(date=date, seed=run.seed))
+
+
+@pytest.fixture
+def results(tmp_path):
+    """Grids whose bowls put the baseline at 0.04 and XSA at 0.08; 12 primary pairs at -0.2/-0.3/-0.4%;
+    6 pairs at T = 256 at -1%."""
+    for arm, best in zip(D4, (0.045, 0.09)):
+        for run in PICK.runs(tmp_path, arm):
+            whole(tmp_path, run, 2.0 + 0.1 * math.log2(run.config().matrix_lr / best) ** 2 + 0.001 * run.seed,
+                  date="2026-12-02T00:20:00+00:00")
+    robust = get_study("robust", tmp_path)
+    p = robust.comparison(robust.primary)
+    for s in range(100, 112):
+        base = 2.0 + 0.001 * s
+        whole(tmp_path, p.a.run(s), base)
+        whole(tmp_path, p.b.run(s), base * (1 - 0.003 - 0.001 * (s % 3 - 1)))
+    t256 = robust.comparison("cpu-w64-d4 tuned T=256")
+    for s in range(100, 106):
+        whole(tmp_path, t256.a.run(s), 2.1)
+        whole(tmp_path, t256.b.run(s), 2.1 * (0.99 + 0.0001 * (s % 2)))
+    return tmp_path
+
+
+def the_study(results):
+    """A recipe-LR study with no records of its own, whose robustness table is the robust study's."""
+    pair = xsa_pair("cpu-w64-d4")
+    return Study(name="t", scale="test scale", runs=(), main=(pair,), primary=pair.name, robustness="robust")
+
+
+def test_rows_estimate_on_their_own_seeds_and_holm_adjusts_the_family(results):
+    out = robustness(the_study(results), [], results)
+    rows = {r["condition"]: r for r in out["rows"]}
+    primary = next(r for r in out["rows"] if r["family"] == "primary")
+    # the primary arms share seeds 0-2 with the grid; only seeds 100-111 enter the estimate
+    assert primary["n"] == 12 and primary["declared"] == 12 and primary["status"] == "complete"
+    assert primary["rel"] == pytest.approx(-0.003, abs=2e-5) and primary["matrix_lr"] == "0.04 / 0.08"
+    assert primary["excludes_zero"] and not primary["excludes_seed_paper"]  # -0.3% +/- 0.05%: includes -0.318%
+    assert primary["tokens_per_param"] == pytest.approx(3.428, abs=1e-3)  # nanochat's unit
+    t256 = rows["tuned LRs, T = 256 (4,096 tokens a step)"]
+    assert t256["n"] == 6 and t256["seq_len"] == 256 and t256["excludes_zero"]
+    assert t256["p_holm"] is not None and t256["p_holm"] >= t256["p"]
+    family = [r for r in out["rows"] if r["family"] == "secondary"]
+    assert len(family) == 7 and sum(r["p_holm"] is not None for r in family) == 1
+    assert rows["tuned LRs, 2 heads of 64 (width 128)"]["status"].startswith("not run")
+    assert rows["XSA on the last 2 of 4 layers vs baseline"]["status"] == "interim: 0 of 6 declared pairs"
+    chosen = {(r["grid"], r["matrix_lr"]) for r in out["selection"] if r["selected"]}
+    assert chosen == {("lr_grid_base", 0.04), ("lr_grid_xsa", 0.08)}
+    assert all(r["n"] == len(PICK.seeds) for r in out["selection"])  # selection seeds only
+
+
+def test_a_run_still_training_is_not_a_record_but_a_damaged_one_stops_the_table(results):
+    robust = get_study("robust", results)
+    last = robust.comparison("last half vs baseline").b
+    d = results / "runs" / last.run(100).run_id  # training: config and a first metrics line only
+    atomic_write_json(d / "config.json", last.run(100).config().to_dict())
+    append_jsonl(d / "metrics.jsonl", {"step": 0, "val_bpb": 3.0})
+    assert robustness(the_study(results), [], results)["rows"]  # counted as not trained yet
+    t256 = robust.comparison("cpu-w64-d4 tuned T=256").b.run(103)
+    summary = results / "runs" / t256.run_id / "summary.json"
+    atomic_write_json(summary, dict(complete=True, val_bpb=float("nan"), steps=1, num_iterations=1))
+    with pytest.raises(RecordError, match=t256.run_id):
+        robustness(the_study(results), [], results)
+
+
+def test_the_default_study_reports_the_robust_study():
+    assert get_study("default").robustness == "robust"
+    assert get_study("smoke").robustness == ""  # a study without one reports none

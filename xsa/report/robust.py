@@ -1,0 +1,246 @@
+"""
+The robustness table: XSA's effect on final val bpb under every condition the project has run, one
+row a condition, each saying whether its interval excludes zero and the seed paper's effect.
+
+    rows = robustness_rows(study, robust_study, runs, robust_runs, results_dir)
+
+The rows come from two studies: the recipe-LR study the paper is built from (its primary endpoint on
+the planned seeds and with the post hoc ones, and its second depth), and the pre-registered robust
+study (xsa/studies.py, `_robust`), an adaptive study whose records land over several sessions:
+its primary endpoint at each arm's tuned learning rate, and its secondary family (heads, sequence
+length, the slope over sequence length, layer choice), with Holm's correction over that family as
+its pre-registration fixes. A row of the robust study reports how many of its declared pairs have
+records, so an interim table says so; a step whose rule has not declared its runs yet is "not run".
+
+Only records count: a robust-study run counts once its summary.json is written (its record is then
+checked whole by xsa/report/integrity.py, diagnostics aside, which come at the end of a pass).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+from xsa.report.stats import Interval, holm, mean_ci, relative_differences, t_pvalue
+from xsa.report.records import load_runs, per_seed
+from xsa.report.tables import effect
+from xsa.report.text import pct, pct_ci
+
+SLOPE = "sequence-length slope"
+SEQ_LENS = (256, 512, 1024)  # the slope's sequence lengths: T=512 is the primary's
+
+
+def _condition(arm, seq_len=None) -> dict:
+    """The columns that say what a row's condition is, read from the arm's config."""
+    from xsa.config import scaling_params
+    cfg = arm.config()
+    m = cfg.model
+    return dict(preset=arm.preset, heads=m.n_head, seq_len=seq_len or m.sequence_len,
+                layers="all" if arm.get("xsa_layers") in ("all", None) else arm.get("xsa_layers"),
+                # nanochat's unit: training tokens per block-matrix-and-lm-head parameter
+                tokens_per_param=cfg.num_tokens / scaling_params(m))
+
+
+def _lrs(a, b) -> str:
+    la, lb = a.get("matrix_lr"), b.get("matrix_lr")
+    return f"{la:g}" if la == lb else f"{la:g} / {lb:g}"
+
+
+def _row(label, family, a, b, e, declared, seed_effect, when=None, seq_len=None) -> dict:
+    ci = e["rel_ci"]
+    return dict(condition=label, family=family, **_condition(b, seq_len), matrix_lr=_lrs(a, b), n=e["n"],
+                declared=declared, rel=e["rel_mean"], rel_ci95=ci,
+                excludes_zero=ci.excludes(0.0) if ci.defined else None,
+                excludes_seed_paper=ci.excludes(seed_effect) if ci.defined and seed_effect is not None else None,
+                p=t_pvalue(e["rel_mean"], e["rel_sd"], e["n"]), p_holm=None, first_record=when)
+
+
+def _not_run(label, family, why) -> dict:
+    """A row whose step the study has not declared yet (its rule is still deciding)."""
+    return dict(condition=label, family=family, preset=None, heads=None, seq_len=None, layers=None,
+                tokens_per_param=None, matrix_lr=None, n=0, declared=0, rel=None, rel_ci95=Interval(None, None),
+                excludes_zero=None, excludes_seed_paper=None, p=None, p_holm=None, first_record=None,
+                status=f"not run ({why})")
+
+
+def _declared(study, *arms) -> int:
+    """How many estimation seeds (study.estimate_from on) the study declares for every one of `arms`."""
+    seeds = [{r.seed for r in study.runs if r.arm == arm and r.seed >= study.estimate_from} for arm in arms]
+    return len(set.intersection(*seeds)) if seeds else 0
+
+
+def _first_record(runs, *arms) -> str | None:
+    """The date of the earliest run record of `arms` (provenance date, to the minute, UTC)."""
+    names = {a.name for a in arms}
+    dates = [r["provenance"]["date"] for r in runs if r["arm"] in names and (r["provenance"] or {}).get("date")]
+    return min(dates)[:16].replace("T", " ") if dates else None
+
+
+def _slope(runs, pairs) -> dict:
+    """Per seed, the least-squares slope of XSA's relative effect against log2 T over SEQ_LENS (per
+    doubling of T); then its mean with a t-interval over the seeds that have all three lengths."""
+    per_pair = [relative_differences(per_seed(runs, p.a, "val_bpb"), per_seed(runs, p.b, "val_bpb")) for p in pairs]
+    xs = [math.log2(t) for t in SEQ_LENS]
+    x0 = sum(xs) / len(xs)
+    seeds = sorted(set.intersection(*(set(d) for d in per_pair))) if per_pair else []
+    slopes = [sum((x - x0) * d[s] for x, d in zip(xs, per_pair)) / sum((x - x0) ** 2 for x in xs) for s in seeds]
+    st = mean_ci(slopes)
+    return dict(n=st["n"], rel_mean=st["mean"], rel_ci=st["ci"], rel_sd=st["sd"])
+
+
+def robust_rows(robust, runs, seed_effect) -> list[dict]:
+    """The robust study's rows: its primary endpoint, then its pre-registered secondary family in order
+    (Holm-adjusted over the whole family; a member not run counts with p = 1)."""
+    rows = []
+    try:
+        p = robust.comparison(robust.primary)
+    except KeyError:  # the LR selection is still training: nothing declared yet
+        return [_not_run("tuned LRs, 1 head, T = 512, all layers", "primary", "the LR selection has not finished")]
+    rows.append(_row("tuned LRs, 1 head, T = 512, all layers", "primary", p.a, p.b,
+                     effect(runs, p.a, p.b, "val_bpb"), _declared(robust, p.a, p.b), seed_effect,
+                     _first_record(runs, p.a, p.b)))
+    labels = {"cpu-w128-d4 tuned": "tuned LRs, 2 heads of 64 (width 128)",
+              "heads": "heads: (2 heads) - (1 head), contrast",
+              "cpu-w64-d4 tuned T=256": "tuned LRs, T = 256 (4,096 tokens a step)",
+              "cpu-w64-d4 tuned T=1024": "tuned LRs, T = 1024 (4,096 tokens a step)",
+              SLOPE: "slope of the effect per doubling of T (256-1024)",
+              "last half vs baseline": "XSA on the last 2 of 4 layers vs baseline",
+              "last half vs all layers": "XSA on the last 2 of 4 layers vs all layers"}
+    family = []
+    for name in robust.secondary:
+        label = labels.get(name, name)
+        if name == SLOPE:
+            try:
+                pairs = [robust.comparison(f"{p.name} T={t}") if t != 512 else p for t in SEQ_LENS]
+            except KeyError:
+                pairs = None
+            if pairs:
+                e = _slope(runs, pairs)
+                row = _row(label, "secondary", p.a, p.b, e, min(_declared(robust, q.a, q.b) for q in pairs),
+                           None, _first_record(runs, *pairs[0].arms(), *pairs[2].arms()), seq_len="256-1024")
+                row["excludes_seed_paper"] = None  # the seed paper has no slope
+                family.append(row)
+                continue
+        try:
+            c = robust.comparison(name)
+        except KeyError:
+            family.append(_not_run(label, "secondary", "its LR selection has not finished"))
+            continue
+        if hasattr(c, "first"):  # a contrast: (second's effect) - (first's), per seed
+            from xsa.report.tables import contrast_effect
+            e = contrast_effect(runs, c, "val_bpb")
+            row = _row(label, "secondary", c.second.a, c.second.b, e, _declared(robust, *c.second.arms()), None,
+                       _first_record(runs, *c.second.arms()))
+            row["excludes_seed_paper"] = None
+        else:
+            row = _row(label, "secondary", c.a, c.b, effect(runs, c.a, c.b, "val_bpb"),
+                       _declared(robust, c.a, c.b), seed_effect, _first_record(runs, c.a, c.b),
+                       seq_len=c.b.get("sequence_len"))
+        family.append(row)
+    for row, adjusted in zip(family, holm([r.get("p") for r in family])):
+        row["p_holm"] = adjusted
+    return rows + family
+
+
+def recipe_rows(study, runs, seed_effect) -> list[dict]:
+    """The recipe-LR study's rows: its primary on the planned seeds, with the post hoc seeds, and its
+    other main pairs (the second depth)."""
+    from xsa.report import PLANNED_SEEDS
+    rows = []
+    for q in study.main:
+        if q.name == study.primary:
+            pre = effect(runs, q.a, q.b, "val_bpb", seeds=set(PLANNED_SEEDS))
+            rows.append(_row("recipe LR (0.02), 1 head, T = 512, planned seeds", "recipe-LR study", q.a, q.b, pre,
+                             len(PLANNED_SEEDS), seed_effect, _first_record(runs, q.a, q.b)))
+            full = effect(runs, q.a, q.b, "val_bpb")
+            if full["n"] > pre["n"]:
+                rows.append(_row(f"recipe LR, with the {full['n'] - pre['n']} post hoc seeds", "recipe-LR study",
+                                 q.a, q.b, full, full["n"], seed_effect, _first_record(runs, q.a, q.b)))
+        else:
+            e = effect(runs, q.a, q.b, "val_bpb")
+            depth = q.a.config().model.n_layer
+            rows.append(_row(f"recipe LR, {depth} layers", "recipe-LR study", q.a, q.b, e, e["n"], seed_effect,
+                             _first_record(runs, q.a, q.b)))
+    for r in rows:
+        r["p"] = None  # confirmatory only on the planned seeds; its verdict is the interval, as written
+    return rows
+
+
+def _status(row) -> str:
+    if row.get("status"):
+        return row["status"]
+    if row["n"] < row["declared"]:
+        return f"interim: {row['n']} of {row['declared']} declared pairs"
+    return "complete" if row["n"] else "not run"
+
+
+def robustness_rows(study, robust, runs, robust_runs, seed_effect) -> list[dict]:
+    """Every row, the recipe-LR study's first; each with its status (complete, interim, not run)."""
+    rows = recipe_rows(study, runs, seed_effect) + robust_rows(robust, robust_runs, seed_effect)
+    for r in rows:
+        r["status"] = _status(r)
+    return rows
+
+
+def preregistration(path: Path) -> dict:
+    """The commit and date that added the pre-registration at `path` (from git; None where this
+    checkout has no history of it)."""
+    path = Path(path)
+    try:
+        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h %cI", "--", path.name],
+                             cwd=path.parent, capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    if len(out) >= 2:
+        return dict(commit=out[-2], date=out[-1][:16].replace("T", " "))
+    return dict(commit=None, date=None)
+
+
+def selection(robust, runs) -> list[dict]:
+    """Each LR grid of the robust study: per arm and LR, the mean final val bpb over its selection seeds,
+    and which LR the rule selected."""
+    from xsa.studies import Sweep
+    chosen = {x for p in robust.main for x in p.arms()}  # the arms at their selected LRs
+    out = []
+    for c in robust.comparisons:
+        if isinstance(c, Sweep) and c.field == "matrix_lr":
+            for arm in c.others:
+                st = mean_ci(per_seed(runs, arm, "val_bpb").values())
+                out.append(dict(grid=c.name, preset=arm.preset, matrix_lr=arm.get("matrix_lr"), n=st["n"],
+                                val_bpb=st["mean"], selected=arm in chosen))
+    return out
+
+
+def row_sentence(r: dict) -> str:
+    """One row as a sentence fragment: 'tuned LRs, ...: -0.30% [-0.50%, -0.10%] (n = 12)'."""
+    if not r.get("n"):
+        return f"{r['condition']}: {r['status']}"
+    ci = r["rel_ci95"]
+    return f"{r['condition']}: {pct(r['rel'])} {pct_ci(ci) if ci.defined else '(one pair, no interval)'} (n = {r['n']})"
+
+
+def robustness(study, runs, results_dir) -> dict:
+    """The robustness table of `study` (the recipe-LR study, whose records `runs` are) beside its
+    robust study's records under results_dir: {rows, selection, preregistration, runs}. A damaged
+    robust-study record stops it (RecordError), as a damaged record of the study itself does."""
+    from xsa.report.integrity import RecordError, check_present
+    from xsa.studies import SEED_PAPER, get_study
+    robust = get_study(study.robustness, results_dir)
+    problems = check_present(robust, results_dir)
+    if problems:
+        raise RecordError(f"the records of study {robust.name!r} cannot make the robustness table "
+                          f"({len(problems)} problem{'s' if len(problems) > 1 else ''}; nothing was written):\n  "
+                          + "\n  ".join(problems))
+    present = [r.run_id for r in robust.runs if (Path(results_dir) / "runs" / r.run_id / "summary.json").exists()]
+    robust_runs = load_runs(results_dir, present)
+    # the robust study estimates on its own seeds: those below select learning rates (its
+    # pre-registration), though the primary arms share them with the grid
+    estimating = [r for r in robust_runs if r["spec"].seed >= robust.estimate_from]
+    selecting = [r for r in robust_runs if r["spec"].seed < robust.estimate_from]
+    d12 = SEED_PAPER["d12"]
+    seed = d12["xsa1"]["val_bpb"] / d12["base"]["val_bpb"] - 1  # the seed paper's effect at d12's 12 heads
+    from xsa.prereg import FILENAME
+    return dict(rows=robustness_rows(study, robust, runs, estimating, seed), selection=selection(robust, selecting),
+                preregistration=preregistration(Path(results_dir) / robust.name / FILENAME),
+                runs=robust_runs, study=robust)
