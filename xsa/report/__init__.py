@@ -246,7 +246,7 @@ def _left_out(built: dict) -> str:
 # which hold fractions shown as percentages.
 DISPLAY = {
     "setup": ["preset", "layers", "width", "heads", "steps", "tokens", "non_embedding_params", "tokens_per_param",
-              "matrix_lr", "runs"],
+              "tokens_per_scaling_param", "matrix_lr", "runs"],
     "main": ["scale", "arm", "n", "val_bpb", "val_bpb_ci95", "val_bpb_rel", "core", "core_bpb", "core_bpb_rel"],
     "power": ["comparison", "pilot_n", "pilot_rel_sd", "seed_paper_effect_rel", "seeds_for_80pct_power", "n",
               "rel_sd", "rel_ci_half_width_first8", "rel_ci_half_width", "seeds_for_target"],
@@ -271,7 +271,7 @@ UNSIGNED = {"pilot_rel_sd", "rel_sd", "rel_ci_half_width", "rel_ci_half_width_fi
 HEADERS = {
     "preset": "preset", "layers": "layers", "width": "width", "heads": "heads", "seq_len": "context",
     "vocab": "vocab", "steps": "steps", "tokens": "tokens", "non_embedding_params": "params (non-emb.)",
-    "tokens_per_param": "tokens/param", "matrix_lr": "matrix LR", "runs": "runs", "source": "source",
+    "tokens_per_param": "tokens/param", "tokens_per_scaling_param": "tokens/param (nanochat)", "matrix_lr": "matrix LR", "runs": "runs", "source": "source",
     "scale": "scale", "arm": "arm", "n": "n", "val_bpb": "val bpb", "val_bpb_ci95": "95% CI",
     "val_bpb_rel": "vs baseline", "core": "CORE", "core_bpb": "CORE bpb", "core_bpb_rel": "vs baseline",
     "comparison": "comparison", "pilot_n": "pilot n", "pilot_rel_sd": "pilot SD",
@@ -292,7 +292,7 @@ HEADERS = {
     "selected": "selected",
 }
 # integers with thousands separators, and fewer digits where four say nothing
-DIGITS = {"tokens_per_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
+DIGITS = {"tokens_per_param": 1, "tokens_per_scaling_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
           "wall_min_per_run": 1, "cpu_hours": 1, "wall_hours": 1, "baseline_tok_per_s": 0, "xsa_tok_per_s": 0,
           "core": 4, "p_holm": 3}
 

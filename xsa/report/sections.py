@@ -118,7 +118,7 @@ def answer(study, built) -> str:
         grid = sorted(chk["xsa_effect"])
         edge = " (the top of the grid)" if chk["base_best"] == grid[-1] else (
             " (the bottom of the grid)" if chk["base_best"] == grid[0] else "")
-        text += (f" The result holds at the recipe's learning rate only: at the matrix learning rate where the "
+        text += (f" In this study's learning-rate check, at the matrix learning rate where the "
                  f"baseline does best{edge}, {chk['base_best']:g}, XSA's change is {pct(at)} "
                  f"({chk['n']} seed{'s' if chk['n'] != 1 else ''})"
                  + (", a reversal" if at > 0 > chk["xsa_effect"][chk["recipe"]]["rel_mean"] else "") + ".")
@@ -424,10 +424,11 @@ def conclusion(study, built, refs: Refs) -> str:
             + (" on the planned seeds" if main is pre else "")
             + f": {'no effect can be excluded' if not main['rel_ci'].excludes(0.0) else 'an effect is detected'}"
             + (f", and the {full['n'] - pre['n']} post hoc seeds move it to {_rel(full)}" if main is pre else "")
-            + ". Whatever XSA gains here depends on the learning rate and on the depth, and it raises rather than "
-              "lowers diagonal attention. ")
+            + ". In this study what XSA gains depends on the depth and, on one seed a point, on the learning rate, "
+              "and it raises rather than lowers diagonal attention." + robust_sentence(built) + " ")
     if heads == [1]:
-        text += ("Since our models have a single attention head and the earlier multi-head study pointed the other "
-                 "way, the question the seed paper raised stays open for multi-head models at tuned learning rates; "
-                 "the study is built so that such comparisons slot into this paper as new records arrive.")
+        text += ("Since these models have a single attention head and the earlier multi-head study pointed the other "
+                 "way, the question the seed paper raised stays open for multi-head models at tuned learning rates"
+                 + ("; the robust study's two-head rows (§3.2) answer it as their records land." if study.robustness
+                    else "."))
     return text

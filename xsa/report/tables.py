@@ -336,6 +336,8 @@ def setup_table(study) -> list[dict]:
                          seq_len=m.sequence_len, vocab=m.vocab_size, data=PRESETS[p]["data"],
                          batch_tokens=c.total_batch_size, steps=c.num_iterations, tokens=c.num_tokens,
                          non_embedding_params=blocks, tokens_per_param=c.num_tokens / blocks,
+                         # nanochat's unit: per block-matrix-and-lm-head parameter (its 10-12 at d12)
+                         tokens_per_scaling_param=c.num_tokens / scaling_params(m),
                          matrix_lr=c.matrix_lr, runs=sum(1 for r in study.runs if r.preset == p),
                          core_items_per_task=study.evaluate.get("max_per_task") or "all"))
     return rows

@@ -176,10 +176,11 @@ def limitations(study, built) -> list[str]:
     out = []
     setup = built["tables"]["setup"]
     if setup:
-        tpp = ", ".join(f"{r['preset']} {r['tokens_per_param']:.1f}" for r in setup)
-        out.append(f"Scale: {tpp} training tokens per non-embedding parameter (nanochat trains at 10-12 tokens per "
-                   f"matrix-and-head parameter, 1-2 B tokens at d12); models "
-                   f"{', '.join(str(r['width']) for r in setup)} wide; every run fp32 on a 2-core CPU. The GPU "
+        tpp = ", ".join(f"{r['preset']} {r['tokens_per_param']:.1f} ({r['tokens_per_scaling_param']:.1f})" for r in setup)
+        widths = ", ".join(str(w) for w in sorted({r["width"] for r in setup}))
+        out.append(f"Scale: {tpp} training tokens per non-embedding parameter (in parentheses, per block-matrix-and-"
+                   f"head parameter, the unit in which nanochat trains at 10-12, 1-2 B tokens at d12); models "
+                   f"{widths} wide; every run fp32 on a 2-core CPU. The GPU "
                    f"stack (bf16, compiled) is the same code path, tested on CPU, not run at d12/d24 here.")
     runs = [r for r in built["runs"] if r["summary"]]
     bpb = [r["summary"]["val_bpb"] for r in runs if r["summary"].get("val_bpb") is not None]
@@ -200,8 +201,10 @@ def limitations(study, built) -> list[str]:
                    f"project's earlier multi-head study ({EARLIER_STUDY}) pointed the other way, with too few "
                    "seeds to decide.")
     if lr_checks(study, built):
-        out.append("Learning rate: the check has one seed per point and the baseline's best value lies at the "
-                   "edge of its three-point grid, so the tuned comparison is indicative, not an estimate.")
+        out.append("Learning rate: this study's check has one seed per point and the baseline's best value lies at "
+                   "the edge of its three-point grid, so its tuned comparison is indicative, not an estimate"
+                   + ("; the robust study (§3.2) selects each arm's rate on a grid that brackets it, on seeds of "
+                      "its own." if study.robustness else "."))
     if study.half_width_target:
         out.append("Post hoc seeds: the precision rule that added seeds to the primary comparison was committed "
                    "after an interim look; the planned-seed estimate is the confirmatory one.")
