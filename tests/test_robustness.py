@@ -100,3 +100,18 @@ def test_a_run_still_training_is_not_a_record_but_a_damaged_one_stops_the_table(
 def test_the_default_study_reports_the_robust_study():
     assert get_study("default").robustness == "robust"
     assert get_study("smoke").robustness == ""  # a study without one reports none
+
+
+def test_the_adamw_group_check_says_whether_the_optimum_moved(results):
+    from xsa.studies import GROUP_SEEDS, group_arms
+    robust = get_study("robust", results)
+    tuned = robust.comparison(robust.primary).a
+    arms = group_arms(D4[0], tuned, PICK.grid)
+    for scale, best in ((0.5, 0.02), (2.0, 0.04)):  # at x0.5 the bowl's minimum moves below 0.04
+        for arm in arms[scale]:
+            for s in GROUP_SEEDS:
+                whole(results, arm.run(s), 2.0 + 0.1 * math.log2(arm.get("matrix_lr") / best) ** 2)
+    checks = {(g["grid"], g["scale"]): g for g in robustness(the_study(results), [], results)["group_check"]}
+    assert checks[("lr_grid_base", 0.5)]["best"] == 0.02 and checks[("lr_grid_base", 0.5)]["moved"]
+    assert checks[("lr_grid_base", 2.0)]["best"] == 0.04 and checks[("lr_grid_base", 2.0)]["moved"] is False
+    assert checks[("lr_grid_xsa", 0.5)]["best"] is None  # not trained: no verdict

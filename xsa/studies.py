@@ -291,6 +291,14 @@ def _neighbours(grid, lr) -> list[float]:
     return grid[max(0, i - 1):i + 2]
 
 
+def group_arms(arm: Arm, tuned: Arm, grid) -> dict[float, list[Arm]]:
+    """The AdamW-group check's arms: {scale: `tuned` at its selected matrix LR and the grid's neighbours
+    of it, with the embedding and unembedding LRs of `arm` both times scale}."""
+    return {scale: [tuned.with_(matrix_lr=lr, embedding_lr=arm.get("embedding_lr") * scale,
+                                unembedding_lr=arm.get("unembedding_lr") * scale)
+                    for lr in _neighbours(list(grid), tuned.get("matrix_lr"))] for scale in GROUP_SCALES}
+
+
 def _robust(results) -> Study:
     """Pre-registered (python -m xsa.prereg --study robust, committed before its first run):
 
@@ -316,11 +324,8 @@ def _robust(results) -> Study:
         primary = Paired("cpu-w64-d4 tuned", a, b)
         main.append(primary)
         runs += [x.run(s) for s in PRECISION.seeds(results, a, b) for x in primary.arms()]
-        for arm, tuned, label in ((d4.a, a, "base"), (d4.b, b, "xsa")):  # the AdamW-group check
-            for scale in GROUP_SCALES:
-                at = [tuned.with_(matrix_lr=lr, embedding_lr=arm.get("embedding_lr") * scale,
-                                  unembedding_lr=arm.get("unembedding_lr") * scale)
-                      for lr in _neighbours(grids[arm.name][0], tuned.get("matrix_lr"))]
+        for arm, tuned in ((d4.a, a), (d4.b, b)):  # the AdamW-group check
+            for at in group_arms(arm, tuned, grids[arm.name][0]).values():
                 runs += [x.run(s) for s in GROUP_SEEDS for x in at]
         heads = {arm.name: PICK_HEADS.state(results, arm) for arm in w128.arms()}
         runs += [r for arm in w128.arms() for r in PICK_HEADS.runs(results, arm)]

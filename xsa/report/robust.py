@@ -212,6 +212,27 @@ def selection(robust, runs) -> list[dict]:
     return out
 
 
+def group_check(robust, runs) -> list[dict]:
+    """The AdamW-group check, descriptive (2 seeds): per arm and scale of the embedding and unembedding
+    LRs, the mean final val bpb at the selected matrix LR and its grid neighbours, and whether the
+    lowest is at another matrix LR than the selected one (the optimum moved)."""
+    from xsa.studies import GROUP_SEEDS, Sweep, group_arms
+    if not robust.main:
+        return []
+    primary = robust.comparison(robust.primary)
+    out = []
+    for c in (c for c in robust.comparisons if isinstance(c, Sweep) and c.field == "matrix_lr"):
+        tuned = next(x for x in primary.arms() if x.with_(matrix_lr=c.base.get("matrix_lr")) == c.base)
+        for scale, arms in group_arms(c.base, tuned, c.values()).items():
+            means = {a.get("matrix_lr"): mean_ci(per_seed(runs, a, "val_bpb").values()) for a in arms}
+            whole = all(m["n"] == len(GROUP_SEEDS) for m in means.values())
+            best = min(means, key=lambda lr: means[lr]["mean"]) if whole else None
+            out.append(dict(grid=c.name, scale=scale, selected=tuned.get("matrix_lr"),
+                            means={lr: m["mean"] for lr, m in means.items()}, best=best,
+                            moved=None if best is None else best != tuned.get("matrix_lr")))
+    return out
+
+
 def row_sentence(r: dict) -> str:
     """One row as a sentence fragment: 'tuned LRs, ...: -0.30% [-0.50%, -0.10%] (n = 12)'."""
     if not r.get("n"):
@@ -242,5 +263,6 @@ def robustness(study, runs, results_dir) -> dict:
     seed = d12["xsa1"]["val_bpb"] / d12["base"]["val_bpb"] - 1  # the seed paper's effect at d12's 12 heads
     from xsa.prereg import FILENAME
     return dict(rows=robustness_rows(study, robust, runs, estimating, seed), selection=selection(robust, selecting),
+                group_check=group_check(robust, selecting),
                 preregistration=preregistration(Path(results_dir) / robust.name / FILENAME),
                 runs=robust_runs, study=robust)

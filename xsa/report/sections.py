@@ -245,6 +245,13 @@ def results_robust(study, built, refs: Refs) -> str:
         arm = "the baseline" if name.endswith("base") else "XSA"
         out.append(f"The grid selects {chosen:g} for {arm} (mean final val bpb over {pts[0]['n']} seeds: {per})."
                    if chosen is not None else f"{arm}'s grid is still training.")
+    checks = [g for g in robust["group_check"] if g["best"] is not None]
+    if checks:
+        said = "; ".join(f"{'the baseline' if g['grid'].endswith('base') else 'XSA'} with the embedding and unembedding "
+                         f"LRs x{g['scale']:g}: best at {g['best']:g} ({'moved' if g['moved'] else 'not moved'})"
+                         for g in checks)
+        out.append(f"The AdamW-group check (2 seeds, descriptive; {len(checks)} of {len(robust['group_check'])} "
+                   f"cells trained): {said}.")
     done = [row_sentence(r) for r in rows if r["family"] != "recipe-LR study" and r.get("n", 0) >= 2]
     if done:
         out.append("XSA's change in final val bpb: " + "; ".join(done) + ".")
