@@ -71,13 +71,13 @@ def test_rows_estimate_on_their_own_seeds_and_holm_adjusts_the_family(results):
     assert primary["rel"] == pytest.approx(-0.003, abs=2e-5) and primary["matrix_lr"] == "0.04 / 0.08"
     assert primary["excludes_zero"] and not primary["excludes_seed_paper"]  # -0.3% +/- 0.05%: includes -0.318%
     assert primary["tokens_per_param"] == pytest.approx(3.428, abs=1e-3)  # nanochat's unit
-    t256 = rows["tuned LRs, T = 256 (4,096 tokens a step)"]
+    t256 = rows["tuned, T = 256"]
     assert t256["n"] == 6 and t256["seq_len"] == 256 and t256["excludes_zero"]
     assert t256["p_holm"] is not None and t256["p_holm"] >= t256["p"]
     family = [r for r in out["rows"] if r["family"] == "secondary"]
     assert len(family) == 7 and sum(r["p_holm"] is not None for r in family) == 1
-    assert rows["tuned LRs, 2 heads of 64 (width 128)"]["status"].startswith("not run")
-    assert rows["XSA on the last 2 of 4 layers vs baseline"]["status"] == "interim: 0 of 6 declared pairs"
+    assert rows["tuned, 2 heads (width 128)"]["status"].startswith("not run")
+    assert rows["last 2 layers vs baseline"]["status"] == "interim 0/6"
     chosen = {(r["grid"], r["matrix_lr"]) for r in out["selection"] if r["selected"]}
     assert chosen == {("lr_grid_base", 0.04), ("lr_grid_xsa", 0.08)}
     assert all(r["n"] == len(PICK.seeds) for r in out["selection"])  # selection seeds only

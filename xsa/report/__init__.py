@@ -259,8 +259,8 @@ DISPLAY = {
     "runs": ["run", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
     "compute": ["preset", "stage", "runs", "cpu_min_per_run", "wall_min_per_run", "cpu_hours", "wall_hours"],
     "gpu": ["scale", "arm", "recipe", "n", "val_bpb", "core"],
-    "robustness": ["condition", "heads", "seq_len", "layers", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95",
-                   "excludes_zero", "excludes_seed_paper", "p_holm", "status"],
+    "robustness": ["condition", "preset", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95", "excludes_zero",
+                   "excludes_seed_paper", "p_holm", "status"],
     "lr_selection": ["grid", "preset", "matrix_lr", "n", "val_bpb", "selected"],
 }
 PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel",

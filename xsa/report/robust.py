@@ -96,17 +96,17 @@ def robust_rows(robust, runs, seed_effect) -> list[dict]:
     try:
         p = robust.comparison(robust.primary)
     except KeyError:  # the LR selection is still training: nothing declared yet
-        return [_not_run("tuned LRs, 1 head, T = 512, all layers", "primary", "the LR selection has not finished")]
-    rows.append(_row("tuned LRs, 1 head, T = 512, all layers", "primary", p.a, p.b,
+        return [_not_run("tuned LRs (primary)", "primary", "LR selection pending")]
+    rows.append(_row("tuned LRs (primary)", "primary", p.a, p.b,
                      effect(runs, p.a, p.b, "val_bpb"), _declared(robust, p.a, p.b), seed_effect,
                      _first_record(runs, p.a, p.b)))
-    labels = {"cpu-w128-d4 tuned": "tuned LRs, 2 heads of 64 (width 128)",
-              "heads": "heads: (2 heads) - (1 head), contrast",
-              "cpu-w64-d4 tuned T=256": "tuned LRs, T = 256 (4,096 tokens a step)",
-              "cpu-w64-d4 tuned T=1024": "tuned LRs, T = 1024 (4,096 tokens a step)",
-              SLOPE: "slope of the effect per doubling of T (256-1024)",
-              "last half vs baseline": "XSA on the last 2 of 4 layers vs baseline",
-              "last half vs all layers": "XSA on the last 2 of 4 layers vs all layers"}
+    labels = {"cpu-w128-d4 tuned": "tuned, 2 heads (width 128)",
+              "heads": "heads contrast (2 minus 1)",
+              "cpu-w64-d4 tuned T=256": "tuned, T = 256",
+              "cpu-w64-d4 tuned T=1024": "tuned, T = 1024",
+              SLOPE: "slope per doubling of T",
+              "last half vs baseline": "last 2 layers vs baseline",
+              "last half vs all layers": "last 2 layers vs all layers"}
     family = []
     for name in robust.secondary:
         label = labels.get(name, name)
@@ -125,7 +125,7 @@ def robust_rows(robust, runs, seed_effect) -> list[dict]:
         try:
             c = robust.comparison(name)
         except KeyError:
-            family.append(_not_run(label, "secondary", "its LR selection has not finished"))
+            family.append(_not_run(label, "secondary", "LR selection pending"))
             continue
         if hasattr(c, "first"):  # a contrast: (second's effect) - (first's), per seed
             from xsa.report.tables import contrast_effect
@@ -151,11 +151,11 @@ def recipe_rows(study, runs, seed_effect) -> list[dict]:
     for q in study.main:
         if q.name == study.primary:
             pre = effect(runs, q.a, q.b, "val_bpb", seeds=set(PLANNED_SEEDS))
-            rows.append(_row("recipe LR (0.02), 1 head, T = 512, planned seeds", "recipe-LR study", q.a, q.b, pre,
+            rows.append(_row("recipe LR, planned seeds", "recipe-LR study", q.a, q.b, pre,
                              len(PLANNED_SEEDS), seed_effect, _first_record(runs, q.a, q.b)))
             full = effect(runs, q.a, q.b, "val_bpb")
             if full["n"] > pre["n"]:
-                rows.append(_row(f"recipe LR, with the {full['n'] - pre['n']} post hoc seeds", "recipe-LR study",
+                rows.append(_row(f"recipe LR, + {full['n'] - pre['n']} post hoc seeds", "recipe-LR study",
                                  q.a, q.b, full, full["n"], seed_effect, _first_record(runs, q.a, q.b)))
         else:
             e = effect(runs, q.a, q.b, "val_bpb")
@@ -171,7 +171,7 @@ def _status(row) -> str:
     if row.get("status"):
         return row["status"]
     if row["n"] < row["declared"]:
-        return f"interim: {row['n']} of {row['declared']} declared pairs"
+        return f"interim {row['n']}/{row['declared']}"
     return "complete" if row["n"] else "not run"
 
 

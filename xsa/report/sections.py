@@ -67,8 +67,9 @@ def robust_sentence(built) -> str:
     if not row or row["n"] < 2:
         return ""
     ci = row["rel_ci95"]
+    interim = f", interim: {row['n']} of {row['declared']} declared pairs" if row["n"] < row["declared"] else ""
     return (f" With each arm at its own tuned matrix learning rate ({row['matrix_lr']}; the pre-registered robust "
-            f"study{', interim: ' + row['status'].split(': ')[1] if row['status'].startswith('interim') else ''}), "
+            f"study{interim}), "
             f"XSA {_verb(ci)} val bpb: {pct(row['rel'])} {pct_ci(ci)} (n = {row['n']}), an interval that "
             f"{'excludes' if ci.excludes(0.0) else 'includes'} zero and "
             f"{'excludes' if row['excludes_seed_paper'] else 'includes'} the seed paper's effect.")
@@ -217,7 +218,7 @@ def robust_interim(built) -> str:
     if not open_rows:
         return ""
     return (f"{len(open_rows)} of its {len(rows)} rows are still interim or not run (the study trains on; each "
-            f"row says how many of its declared pairs have records, and its verdict is final once all have)")
+            f"row says how many of its declared pairs have records, k/N, and its verdict is final once all have)")
 
 
 def results_robust(study, built, refs: Refs) -> str:
