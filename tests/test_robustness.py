@@ -115,3 +115,29 @@ def test_the_adamw_group_check_says_whether_the_optimum_moved(results):
     assert checks[("lr_grid_base", 0.5)]["best"] == 0.02 and checks[("lr_grid_base", 0.5)]["moved"]
     assert checks[("lr_grid_base", 2.0)]["best"] == 0.04 and checks[("lr_grid_base", 2.0)]["moved"] is False
     assert checks[("lr_grid_xsa", 0.5)]["best"] is None  # not trained: no verdict
+
+
+def test_an_archived_study_is_restored_byte_for_byte_and_read_as_rows(tmp_path):
+    import subprocess
+
+    from xsa.archive import ARCHIVE, restore
+    from xsa.records import REPO_ROOT
+    from xsa.report.archive import archived_rows
+    from xsa.studies import EARLIER
+    if subprocess.run(["git", "cat-file", "-e", EARLIER.commit], cwd=REPO_ROOT).returncode != 0:
+        pytest.skip(f"this checkout's history does not hold {EARLIER.commit}")
+    written = restore(EARLIER.commit, tmp_path)
+    root = tmp_path / ARCHIVE / EARLIER.commit
+    committed = REPO_ROOT / "results" / ARCHIVE / EARLIER.commit
+    assert written and all(p.read_bytes() == (committed / p.relative_to(root)).read_bytes() for p in written)
+    assert restore(EARLIER.commit, tmp_path) == []  # again: nothing to write
+    victim = written[0]
+    victim.write_text("{}")
+    with pytest.raises(SystemExit, match=victim.name):
+        restore(EARLIER.commit, tmp_path)  # a different file is never overwritten
+    rows = archived_rows(committed, EARLIER.commit, EARLIER.pairs, -0.0032)
+    assert [r["heads"] for r in rows] == [4, 6, 4] and all(r["n"] == 3 for r in rows)
+    assert all(r["rel"] > 0 and not r["excludes_zero"] for r in rows)  # worse on average, no interval decides
+    assert rows[2]["matrix_lr"].endswith("(AdamW)")
+    missing = archived_rows(tmp_path / "nowhere", EARLIER.commit, EARLIER.pairs, -0.0032)
+    assert missing[0]["status"] == "not restored" and "xsa.archive" in missing[0]["condition"]

@@ -134,6 +134,20 @@ def _seed_claim(text: str, depth: str, comparison: str, metric: str, expect: str
                  seed_effect=b / a - 1 if metric == "val_bpb" else b - a)
 
 
+@dataclass(frozen=True)
+class Archived:
+    """An earlier study whose records `python -m xsa.archive --commit COMMIT` restored from git history
+    into results/archive/<commit>/ (read as plain data: its configs are of an older stack); its XSA
+    pairs as (baseline arm, XSA arm), run-folder names without the seed."""
+    commit: str
+    pairs: tuple[tuple[str, str], ...]
+
+
+# the project's first CPU study: 4 and 6 heads of 64 at widths 256 and 384, on the stack of that time
+EARLIER = Archived("30bc3ae", (("cpu-d4_base", "cpu-d4_xsa1"), ("cpu-d8_base", "cpu-d8_xsa1"),
+                               ("cpu-d4_adamw_base", "cpu-d4_adamw_xsa1")))
+
+
 # -----------------------------------------------------------------------------
 # Studies
 
@@ -162,6 +176,7 @@ class Study:
     priorities: str = ""
     robustness: str = ""  # an adaptive study whose records make this paper's robustness table
     estimate_from: int = 0  # seeds below select (an LR) and are never reused for an estimate
+    archived: tuple[Archived, ...] = ()  # earlier studies whose rows the robustness table carries
 
     def __post_init__(self):
         # every paper has a primary comparison: a study that names none reports its first main pair
@@ -243,7 +258,7 @@ def _default() -> Study:
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; 64-wide models, not the seed paper's d12/d24)",
         runs=_unique(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
-        half_width_target=0.002, robustness="robust",
+        half_width_target=0.002, robustness="robust", archived=(EARLIER,),
         comparisons=(Contrast("depth", d4, d8), Contrast("optimizer", d4, adamw), Contrast("smear_backout", d4, plain),
                      sweep, *lr),
         claims=(

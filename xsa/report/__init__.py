@@ -292,7 +292,7 @@ HEADERS = {
     "selected": "selected",
 }
 # integers with thousands separators, and fewer digits where four say nothing
-DIGITS = {"tokens_per_param": 1, "tokens_per_scaling_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
+DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
           "wall_min_per_run": 1, "cpu_hours": 1, "wall_hours": 1, "baseline_tok_per_s": 0, "xsa_tok_per_s": 0,
           "core": 4, "p_holm": 3}
 

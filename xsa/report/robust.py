@@ -48,15 +48,22 @@ def _lrs(a, b) -> str:
 
 
 def _row(label, family, a, b, e, declared, seed_effect, when=None, seq_len=None) -> dict:
+    """A row of the pair (a, b) of today's arms, its condition read from b's config."""
+    return effect_row(label, family, {**_condition(b, seq_len), "matrix_lr": _lrs(a, b)}, e, declared,
+                      seed_effect, when)
+
+
+def effect_row(label, family, condition: dict, e: dict, declared: int, seed_effect, when=None) -> dict:
+    """One row: the condition's columns, the effect (an `effect` dict: relative mean, interval, SD, n),
+    whether its interval excludes zero and the seed paper's effect, its two-sided p."""
     ci = e["rel_ci"]
-    return dict(condition=label, family=family, **_condition(b, seq_len), matrix_lr=_lrs(a, b), n=e["n"],
-                declared=declared, rel=e["rel_mean"], rel_ci95=ci,
-                excludes_zero=ci.excludes(0.0) if ci.defined else None,
+    return dict(condition=label, family=family, **condition, n=e["n"], declared=declared, rel=e["rel_mean"],
+                rel_ci95=ci, excludes_zero=ci.excludes(0.0) if ci.defined else None,
                 excludes_seed_paper=ci.excludes(seed_effect) if ci.defined and seed_effect is not None else None,
                 p=t_pvalue(e["rel_mean"], e["rel_sd"], e["n"]), p_holm=None, first_record=when)
 
 
-def _not_run(label, family, why) -> dict:
+def not_run_row(label, family, why) -> dict:
     """A row whose step the study has not declared yet (its rule is still deciding)."""
     return dict(condition=label, family=family, preset=None, heads=None, seq_len=None, layers=None,
                 tokens_per_param=None, matrix_lr=None, n=0, declared=0, rel=None, rel_ci95=Interval(None, None),
@@ -96,7 +103,7 @@ def robust_rows(robust, runs, seed_effect) -> list[dict]:
     try:
         p = robust.comparison(robust.primary)
     except KeyError:  # the LR selection is still training: nothing declared yet
-        return [_not_run("tuned LRs (primary)", "primary", "LR selection pending")]
+        return [not_run_row("tuned LRs (primary)", "primary", "LR selection pending")]
     rows.append(_row("tuned LRs (primary)", "primary", p.a, p.b,
                      effect(runs, p.a, p.b, "val_bpb"), _declared(robust, p.a, p.b), seed_effect,
                      _first_record(runs, p.a, p.b)))
@@ -125,7 +132,7 @@ def robust_rows(robust, runs, seed_effect) -> list[dict]:
         try:
             c = robust.comparison(name)
         except KeyError:
-            family.append(_not_run(label, "secondary", "LR selection pending"))
+            family.append(not_run_row(label, "secondary", "LR selection pending"))
             continue
         if hasattr(c, "first"):  # a contrast: (second's effect) - (first's), per seed
             from xsa.report.tables import contrast_effect
@@ -262,7 +269,12 @@ def robustness(study, runs, results_dir) -> dict:
     d12 = SEED_PAPER["d12"]
     seed = d12["xsa1"]["val_bpb"] / d12["base"]["val_bpb"] - 1  # the seed paper's effect at d12's 12 heads
     from xsa.prereg import FILENAME
-    return dict(rows=robustness_rows(study, robust, runs, estimating, seed), selection=selection(robust, selecting),
+    from xsa.archive import ARCHIVE
+    from xsa.report.archive import archived_rows
+    earlier = [r for a in study.archived
+               for r in archived_rows(Path(results_dir) / ARCHIVE / a.commit, a.commit, a.pairs, seed)]
+    return dict(rows=earlier + robustness_rows(study, robust, runs, estimating, seed),
+                selection=selection(robust, selecting),
                 group_check=group_check(robust, selecting),
                 preregistration=preregistration(Path(results_dir) / robust.name / FILENAME),
                 runs=robust_runs, study=robust)

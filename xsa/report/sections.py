@@ -150,9 +150,14 @@ def abstract(study, built) -> str:
              f"{len(built['runs'])} CPU runs: paired seeds, a pre-registered primary endpoint, a depth pair, "
              f"optimizer and architecture controls, an alpha sweep, a learning-rate check, likelihood-based "
              f"downstream measures, attention diagnostics and a step-time benchmark.")
-    if heads == [1]:
-        text += (" Our models have one attention head, and the project's earlier multi-head study "
-                 "(commit 30bc3ae) pointed the other way, so the result should not be read beyond this regime.")
+    earlier = [r for r in (built.get("robust") or {}).get("rows") or []
+               if r["family"].startswith("earlier study") and r.get("n")]
+    if heads == [1] and earlier:
+        way = "pointed the other way" if all(r["rel"] > 0 for r in earlier) else "was mixed"
+        shown = ", ".join(pct(r["rel"]) for r in earlier)
+        text += (f" Our models have one attention head, and the project's earlier multi-head study "
+                 f"({study.archived[0].commit}: {shown} on {max(r['n'] for r in earlier)} seeds, no interval "
+                 f"excluding zero) {way}, so the result should not be read beyond this regime.")
     return text
 
 

@@ -196,10 +196,13 @@ def limitations(study, built) -> list[str]:
                    f"{uniform:.2f} for uniform causal attention over {T} positions.")
     heads = sorted({r["heads"] for r in setup})
     if heads == [1]:
-        out.append("Heads: every model has a single attention head, so XSA removes the self component from the "
-                   "only head there is; with several heads, other heads can carry what one head drops. The "
-                   f"project's earlier multi-head study ({EARLIER_STUDY}) pointed the other way, with too few "
-                   "seeds to decide.")
+        from xsa.report.archive import earlier_phrase
+        earlier = earlier_phrase((built.get("robust") or {}).get("rows") or [])
+        out.append("Heads: every model of this study has a single attention head, so XSA removes the self component "
+                   "from the only head there is; with several heads, other heads can carry what one head drops."
+                   + (f" The project's earlier multi-head study (commit {study.archived[0].commit}, its records restored in "
+                      f"`results/archive/`, rows in §3.2) pointed the other way, {earlier}."
+                      if earlier and study.archived else ""))
     if lr_checks(study, built):
         out.append("Learning rate: this study's check has one seed per point and the baseline's best value lies at "
                    "the edge of its three-point grid, so its tuned comparison is indicative, not an estimate"
@@ -270,13 +273,6 @@ def chat_paragraph(study, built) -> str:
                 "(README, \"Evaluation\").")
     n = sum(1 for r in built["runs"] if (r["eval"] or {}).get("chatcore") is not None)
     return f"**ChatCORE** after supervised fine-tuning: {n} runs scored (see the claims and the runs table)."
-
-
-# the project's earlier study, with multi-head models (git history; its records are not in results/)
-EARLIER_STUDY = ("commit 30bc3ae: 4- and 6-head models 256 and 384 wide (cpu-d4, cpu-d8), 3 seeds, 0.5 M "
-                 "tokens; XSA minus baseline in val bpb +0.0043 [-0.0053, +0.0140] and +0.0063 "
-                 "[-0.0026, +0.0152]")
-
 
 
 def planned(study, built) -> dict | None:
