@@ -177,6 +177,9 @@ class Study:
     robustness: str = ""  # an adaptive study whose records make this paper's robustness table
     estimate_from: int = 0  # seeds below select (an LR) and are never reused for an estimate
     archived: tuple[Archived, ...] = ()  # earlier studies whose rows the robustness table carries
+    # the commit (and its UTC date) that added results/<study>/preregistration.md, before the first run
+    # (tests/test_robustness.py checks it against the git history where the checkout has it)
+    preregistered: tuple[str, str] = ()
 
     def __post_init__(self):
         # every paper has a primary comparison: a study that names none reports its first main pair
@@ -361,7 +364,8 @@ def _robust(results) -> Study:
     return Study(
         name="robust", scale="CPU scale (2-core CPU, fp32, compiled; 64- and 128-wide models, not d12/d24)",
         runs=_unique(runs), main=tuple(main), comparisons=tuple(comparisons), primary="cpu-w64-d4 tuned",
-        half_width_target=PRECISION.half_width, estimate_from=PRECISION.start, core_arms=(), diagnostics=dict(batch_size=8, batches=2),
+        half_width_target=PRECISION.half_width, estimate_from=PRECISION.start, core_arms=(),
+        preregistered=("8717a11", "2026-12-02 00:05"), diagnostics=dict(batch_size=8, batches=2),
         rules=(("each arm's matrix LR at cpu-w64-d4", PICK.describe()),
                ("each arm's matrix LR at cpu-w128-d4", PICK_HEADS.describe()),
                ("the primary comparison's seeds", PRECISION.describe()),

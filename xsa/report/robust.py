@@ -19,7 +19,6 @@ checked whole by xsa/report/integrity.py, diagnostics aside, which come at the e
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
 from xsa.report.stats import Interval, holm, mean_ci, relative_differences, t_pvalue
@@ -190,20 +189,6 @@ def robustness_rows(study, robust, runs, robust_runs, seed_effect) -> list[dict]
     return rows
 
 
-def preregistration(path: Path) -> dict:
-    """The commit and date that added the pre-registration at `path` (from git; None where this
-    checkout has no history of it)."""
-    path = Path(path)
-    try:
-        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h %cI", "--", path.name],
-                             cwd=path.parent, capture_output=True, text=True, timeout=30).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        out = []
-    if len(out) >= 2:
-        return dict(commit=out[-2], date=out[-1][:16].replace("T", " "))
-    return dict(commit=None, date=None)
-
-
 def selection(robust, runs) -> list[dict]:
     """Each LR grid of the robust study: per arm and LR, the mean final val bpb over its selection seeds,
     and which LR the rule selected."""
@@ -268,7 +253,6 @@ def robustness(study, runs, results_dir) -> dict:
     selecting = [r for r in robust_runs if r["spec"].seed < robust.estimate_from]
     d12 = SEED_PAPER["d12"]
     seed = d12["xsa1"]["val_bpb"] / d12["base"]["val_bpb"] - 1  # the seed paper's effect at d12's 12 heads
-    from xsa.prereg import FILENAME
     from xsa.archive import ARCHIVE
     from xsa.report.archive import archived_rows
     earlier = [r for a in study.archived
@@ -276,5 +260,5 @@ def robustness(study, runs, results_dir) -> dict:
     return dict(rows=earlier + robustness_rows(study, robust, runs, estimating, seed),
                 selection=selection(robust, selecting),
                 group_check=group_check(robust, selecting),
-                preregistration=preregistration(Path(results_dir) / robust.name / FILENAME),
+                preregistration=dict(zip(("commit", "date"), robust.preregistered or (None, None))),
                 runs=robust_runs, study=robust)
