@@ -332,6 +332,9 @@ def test_executed_notebooks_and_pdf_are_stable(tmp_path):
     when = datetime.datetime(2026, 12, 1, 9, 40, 3, tzinfo=datetime.timezone.utc)
     out = date_pdf(pdf, when)
     assert len(out) == len(pdf) and out.count(b"D:20261201094003+00'00'") == 2
+    from xsa.paper import renumber_nodes  # chromium's structure ids start where its counter happens to be
+    first, second = (b"/ID (node%08d) /K (node%08d) /ID (node%08d)" % (k, k + 1, k) for k in (180, 181))
+    assert renumber_nodes(first) == renumber_nodes(second) == b"/ID (node00000000) /K (node00000001) /ID (node00000000)"
 
 
 def test_reproduce_judges_a_rerun_against_the_seed_spread(tmp_path):

@@ -99,6 +99,17 @@ def date_pdf(data: bytes, when: datetime.datetime) -> bytes:
     return _PDF_DATE.sub(sub, data)
 
 
+_PDF_NODE = re.compile(rb"\(node(\d{8})\)")
+
+
+def renumber_nodes(data: bytes) -> bytes:
+    """The PDF with chromium's tagged-structure ids (node00000180, ...) renumbered from 0 in order of
+    first appearance: chromium's counter starts at a number that varies between runs, the order does
+    not (same length, so the cross-reference offsets stay valid)."""
+    seen: dict[bytes, int] = {}
+    return _PDF_NODE.sub(lambda m: b"(node%08d)" % seen.setdefault(m.group(1), len(seen)), data)
+
+
 def _results_dir(nb) -> Path | None:
     """The results folder the paper notebook read (its papermill parameter), absolute."""
     value = (nb.metadata.get("papermill", {}).get("parameters") or {}).get("results_dir")
@@ -142,7 +153,7 @@ def export_paper(executed: Path, paper_dir: Path) -> dict:
                f"--print-to-pdf={pdf}", (paper_dir / "paper.html").resolve().as_uri()]
         ok = subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0 and pdf.exists()
         if ok:
-            atomic_write_bytes(pdf, date_pdf(pdf.read_bytes(), source_date(_results_dir(nb))))
+            atomic_write_bytes(pdf, date_pdf(renumber_nodes(pdf.read_bytes()), source_date(_results_dir(nb))))
         out.update(pdf=pdf if ok else None, pdf_engine="chromium (headless print)" if ok else None)
     elif engine == "xelatex":
         from nbconvert import PDFExporter
