@@ -224,3 +224,34 @@ def test_downstream_stages_skip_runs_not_trained_yet(tmp_path):
     out = cli("--study", "smoke", "--stages", "diagnostics", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("not trained to its horizon yet, skipped") == 2
+
+
+def test_an_adaptive_study_trains_next_what_its_rules_add(tmp_path, monkeypatch):
+    """The pass declares the study again after every run: a run the rules insert ahead of the rest
+    trains before them, not at the end of the pass."""
+    from xsa import pipeline, studies
+    from xsa.layout import Layout
+    from xsa.records import atomic_write_json
+    from xsa.spec import Arm
+    arm = Arm.of("smoke")
+    summary = lambda s: tmp_path / "runs" / arm.run(s).run_id / "summary.json"
+
+    def declare(results):  # once seed 0 has its record, the rule puts seed 5 before seed 1
+        seeds = (0, 5, 1) if summary(0).exists() else (0, 1)
+        return studies.Study(name="grow", scale="test scale", runs=tuple(arm.run(s) for s in seeds), main=())
+
+    def train(job, ctx):  # the record a finished training leaves, without training
+        run = arm.run(job.params["run"]["seed"])
+        atomic_write_json(Path(job.params["out_dir"]) / "config.json", run.config().to_dict())
+        atomic_write_json(Path(job.params["out_dir"]) / "summary.json", {"complete": True, "val_bpb": 3.0})
+        order.append(run.seed)
+
+    order = []
+    monkeypatch.setitem(studies.STUDIES, "grow", declare)
+    monkeypatch.setattr(studies, "ADAPTIVE", {*studies.ADAPTIVE, "grow"})
+    monkeypatch.setattr(pipeline, "execute", train)
+    monkeypatch.setattr(pipeline, "prepare_train", lambda job, ctx: None)
+    ctx = pipeline.Context(studies.get_study("grow", tmp_path), Layout(tmp_path, tmp_path / "paper", "grow"),
+                           tmp_path / "notebooks")
+    pipeline.run_stage("train", ctx)
+    assert order == [0, 5, 1]

@@ -325,6 +325,8 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
         run_data(ctx, stages)
         return None
     jobs, last = [j for j in jobs_for(stage, ctx) if ctx.mine(j.index)], None
+    if stage == "train" and redeclare(ctx):  # an adaptive study: the next run is the first pending one
+        return run_adaptive_train(ctx)
     for i, job in enumerate(jobs, 1):
         tag = f"[{stage} {i}/{len(jobs)}] {job.name}"
         if is_done(job, ctx):
@@ -342,6 +344,42 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
         last = execute(job, ctx)
         print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
     return last
+
+
+def redeclare(ctx: Context) -> bool:
+    """Read an adaptive study's declared runs again from the records (xsa/design.py); False for a
+    fixed study."""
+    from xsa.studies import ADAPTIVE
+    if ctx.study.name not in ADAPTIVE:
+        return False
+    ctx.study = get_study(ctx.study.name, ctx.layout.results)
+    return True
+
+
+def run_adaptive_train(ctx: Context) -> Path | None:
+    """Train an adaptive study in its declared order, declaring it again after every run: a run its
+    rules add ahead of the rest (the precision rule's next seeds, the arms at a newly selected LR)
+    trains next, as the pre-registration's priorities say, not at the end of the pass."""
+    from xsa.runlock import busy
+    last, done = None, 0
+    while True:
+        # a run another process trains now (a shard whose share the new declaration moved) is its
+        pending = [j for j in jobs_for("train", ctx)
+                   if ctx.mine(j.index) and not is_done(j, ctx) and not busy(j.params["out_dir"])]
+        if not pending:
+            print(f"[train] {ctx.study.name}: no run of this shard left to train ({done} this pass)",
+                  flush=True)
+            return last
+        job = pending[0]
+        tag = f"[train {done + 1}, {len(pending)} pending] {job.name}"
+        prepare_train(job, ctx)
+        how = " (resuming)" if job.params.get("resume") else ""
+        print(f"{tag}: running{how} -> {ctx.record(job)}", flush=True)
+        t0 = time.time()
+        last = execute(job, ctx)
+        print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
+        done += 1
+        redeclare(ctx)
 
 
 # -----------------------------------------------------------------------------

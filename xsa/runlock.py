@@ -44,6 +44,22 @@ def _holder(path: Path) -> str:
         return "another process"
 
 
+def busy(run_dir) -> bool:
+    """Whether another process holds the run folder's lock now (a training: exclusively)."""
+    path = lock_path(run_dir)
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def own_run(run_dir, what: str, shared: bool = False):
     """Hold the run folder's lock while the block runs (`what`: what this process does, for the
