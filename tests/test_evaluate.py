@@ -230,6 +230,38 @@ def test_model_scorer_matches_full_logits():
             assert preds[b, k] == logp[b, cols[b, k]].argmax()
 
 
+def test_common_prefix_of_any_sequences():
+    def by_hand(seqs):  # the first position where some sequence differs from the first one
+        n = min(len(s) for s in seqs)
+        return next((i for i in range(n) if any(s[i] != seqs[0][i] for s in seqs)), n)
+    rng = random.Random(0)
+    for _ in range(5000):
+        base = [rng.randrange(3) for _ in range(rng.randrange(8))]
+        seqs = [base[:rng.randrange(len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(4))]
+                for _ in range(rng.randint(1, 5))]
+        assert core._common_prefix(seqs) == by_hand(seqs), seqs
+
+
+def test_scores_do_not_depend_on_the_batch_size(tmp_path):
+    # batches only group rows: every size (one row a batch, the CPU default, one batch for all)
+    # gives the same scores to float rounding and the same decisions
+    bundle = load_bundle(write_bundle(tmp_path, synthetic_tasks(24, seed=2)))
+    model = tiny_model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    scorer = core.model_scorer(model)
+    runs = [core.evaluate_core(bundle, TOK, scorer, max_len=96, max_batch_tokens=n)
+            for n in (core.MAX_BATCH_TOKENS, 1, core.CPU_BATCH_TOKENS, 10**6)]
+    for res in runs[1:]:
+        for label, t in res["tasks"].items():
+            ref = runs[0]["tasks"][label]
+            assert t["items"]["correct"] == ref["items"]["correct"], label
+            assert t["items"]["correct_bpb"] == pytest.approx(ref["items"]["correct_bpb"], rel=1e-4), label
+    assert core.default_batch_tokens("cpu") == core.CPU_BATCH_TOKENS == 4096
+    assert core.default_batch_tokens("cuda") == core.MAX_BATCH_TOKENS == 16384
+
+
 def test_centered_accuracy():
     assert core.centered(0.25, 25) == 0.0 and core.centered(1.0, 62) == 1.0
     assert core.centered(0.5, 0) == 0.5

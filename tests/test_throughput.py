@@ -20,6 +20,7 @@ def test_overhead_of_paired_step_times():
     stats = overhead_stats(base, [1.1 * t for t in base])  # every xsa step 10% slower than its pair
     assert stats["overhead_ratio"] == pytest.approx(0.1)
     assert stats["paired_ratio_median"] == pytest.approx(0.1)
+    assert stats["paired_ratio_quartiles"] == pytest.approx([0.1, 0.1])
     lo, hi = stats["overhead_ci95"]
     assert lo <= 0.1 + 1e-9 and hi >= 0.1 - 1e-9 and hi - lo < 0.5
     assert overhead_stats(base, [1.1 * t for t in base]) == stats  # fixed bootstrap seed
@@ -187,3 +188,17 @@ print("ran")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_command_compares_two_arbitrary_configs(tmp_path):
+    """--set: a field of both arms; --vs: the baseline against itself plus a field (not XSA)."""
+    out = tmp_path / "vs.json"
+    main(["--preset", "smoke", "--steps", "2", "--warmup", "0", "--device", "cpu", "--threads", "1",
+          "--set", "diag_every=2", "--vs", "loss_chunk=100", "--out", str(out)])
+    r = json.loads(out.read_text())
+    assert r["runs"] == {"baseline": "smoke_base-diag2_s0", "xsa": "smoke_base-diag2-lchunk100_s0"}
+    assert r["arm_overrides"] == {"baseline": {"diag_every": 2}, "xsa": {"diag_every": 2, "loss_chunk": 100}}
+    assert r["xsa_arm"]["xsa_layers"] == "none" and len(r["paired_ratio_quartiles"]) == 2
+    for bad in (["--vs", "loss_chunk"], ["--vs", "loss_chunk=0"], ["--set", "no_such_field=1"]):
+        with pytest.raises(SystemExit):
+            main(["--preset", "smoke", "--steps", "1", "--out", str(tmp_path / "x.json"), *bad])

@@ -238,6 +238,10 @@ class TrainConfig:
     # per-layer attention diagnostics in the training log at every diag_every-th evaluation (and the
     # last); 1, the default, is every evaluation, as the committed runs logged them
     diag_every: int = 1
+    # the training loss's head, softcap and cross-entropy in chunks of this many rows of the B*T
+    # (xsa/loss.py: no full (B*T, V) fp32 logits); 0, the default, is the whole batch at once, as
+    # the committed runs trained
+    loss_chunk: int = 0
     # --- evaluation and logging, in optimizer steps
     eval_every: int = 50
     eval_tokens: int = 2**20  # fixed validation token budget for bpb
@@ -262,6 +266,8 @@ class TrainConfig:
         for name in ("warmup_steps", "muon_momentum_warmup_steps"):
             _check(name, isinstance(getattr(self, name), int) and getattr(self, name) >= 0, "an integer >= 0",
                    getattr(self, name))
+        _check("loss_chunk", isinstance(self.loss_chunk, int) and not isinstance(self.loss_chunk, bool)
+               and self.loss_chunk >= 0, "an integer >= 0 (0: the whole batch at once)", self.loss_chunk)
         for name in ("warmdown_ratio", "final_lr_frac", "muon_momentum_start", "muon_momentum"):
             _number(name, getattr(self, name), 0.0, 1.0)
         for name in ("muon_momentum_final", "normuon_beta2"):

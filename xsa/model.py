@@ -307,7 +307,10 @@ class GPT(nn.Module):
         return torch.cat([x[:, :1], out], dim=1) if prev is None else out
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                kv_cache: KVCache | None = None, loss_reduction: str = "mean"):
+                kv_cache: KVCache | None = None, loss_reduction: str = "mean", loss_chunk: int = 0):
+        """Logits (B, T, V) without targets; with them the loss (mean over targets != -1, or (B, T)
+        for loss_reduction "none"). loss_chunk > 0 (mean only) computes head, softcap and loss in
+        chunks of that many rows of the B*T without the full logits (xsa.loss)."""
         B, T = idx.shape
         c = self.config
         t0 = 0 if kv_cache is None else kv_cache.pos
@@ -333,6 +336,12 @@ class GPT(nn.Module):
             kv_cache.advance(T)
         if c.backout and x_mid is not None:  # remove low-level features before the logits
             x = x - self.backout_lambda * x_mid
+        if loss_chunk and targets is not None:
+            if loss_reduction != "mean":
+                raise ValueError(f"loss_chunk: the chunked loss is the mean only, not {loss_reduction!r}")
+            from xsa.loss import chunked_softcap_cross_entropy
+            return chunked_softcap_cross_entropy(norm(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1),
+                                                 c.logit_softcap, loss_chunk)
         logits = self.lm_head(norm(x)).float()
         logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)
         if targets is None:

@@ -26,7 +26,7 @@ _NOT_OVERRIDES = {"preset", "model", "seed"}
 # short names of fields in run ids (others appear under their own name)
 ALIASES = {"matrix_lr": "mlr", "embedding_lr": "elr", "unembedding_lr": "ulr", "sequence_len": "seq",
            "num_tokens": "tok", "weight_decay": "wd", "n_head": "h", "n_kv_head": "kvh", "n_embd": "w",
-           "diag_every": "diag"}
+           "diag_every": "diag", "loss_chunk": "lchunk"}
 # switches named by a word when on (cpu_compile: on -> "compiled")
 WORDS = {"cpu_compile": "compiled"}
 

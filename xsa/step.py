@@ -124,6 +124,8 @@ class Step:
         self.precision = Precision.of(device, cfg)
         self.optimizers = build_optimizers(model, cfg)
         self.forward = self.precision.compiled(model)
+        # the chunked loss where the config asks for it (xsa/loss.py); the default call is unchanged
+        self.loss_kwargs = {"loss_chunk": cfg.loss_chunk} if cfg.loss_chunk else {}
         self.schedules = schedules or Schedules.pretraining(cfg)
         self.lr = None  # the lr multiplier of the last update (for the log)
 
@@ -147,7 +149,7 @@ class Step:
         loss_sum = torch.zeros((), device=self.device)
         for x, y in batches:
             with self.precision.context():
-                loss = self.forward(x, y)
+                loss = self.forward(x, y, **self.loss_kwargs)
             (loss / n_micro).backward()
             loss_sum += loss.detach()
         for opt in self.optimizers:

@@ -33,6 +33,11 @@ MFU = flops_per_token (model.estimate_flops(), the baseline's count for both arm
 
     python -m xsa.throughput --preset cpu-w64-d4 --steps 20 --threads 1     # CPU, on a shared machine
     python -m xsa.throughput --preset d12 --steps 20                    # GPU (compiled, bf16 autocast)
+
+--set FIELD=VALUE sets a config field in both arms (e.g. cpu_compile=true, the compiled CPU path);
+--vs FIELD=VALUE compares the baseline with itself plus that field instead of with XSA (e.g.
+loss_chunk=512): the record's keys stay (the second arm under "xsa"), its "runs" name both arms.
+Per-pair ratios t_b / t_a - 1 are summarised by their median and quartiles (paired_ratio_*).
 """
 
 from __future__ import annotations
@@ -138,10 +143,12 @@ def overhead_stats(base: list[float], xsa: list[float]) -> dict:
     idx = rng.integers(0, len(b), size=(BOOTSTRAP_RESAMPLES, len(b)))
     boot = np.median(x[idx], axis=1) / np.median(b[idx], axis=1) - 1
     lo, hi = np.percentile(boot, [2.5, 97.5])
+    q1, q3 = np.percentile(x / b - 1, [25, 75])
     return {
         "overhead_ratio": float(np.median(x) / np.median(b) - 1),
         "overhead_ci95": [float(lo), float(hi)],
         "paired_ratio_median": float(np.median(x / b) - 1),
+        "paired_ratio_quartiles": [float(q1), float(q3)],
         "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "unit": "pairs of rounds"},
     }
 
@@ -175,6 +182,17 @@ def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
     from xsa.studies import xsa_pair
     pair = xsa_pair(preset, **overrides)
     return pair.a.run(seed), pair.b.run(seed)
+
+
+def vs_runs(preset: str, vs: dict, seed: int = 0, **overrides) -> tuple:
+    """Two arms that differ in `vs` only: the baseline of `preset` (with `overrides`), and the same
+    run with the fields of `vs` on top (e.g. loss_chunk=512: what the chunked loss costs or saves)."""
+    from xsa.spec import Arm
+    base = Arm.of(preset, **overrides)
+    other = base.with_(**vs)
+    if other == base:
+        raise ValueError(f"vs: {vs!r} leaves the baseline of {preset} as it is; nothing to compare")
+    return base.run(seed), other.run(seed)
 
 
 def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: int = 20, warmup: int = 5,
@@ -215,6 +233,8 @@ def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: 
                 "autocast": str(base.step_fn.precision.autocast).removeprefix("torch.") if base.step_fn.precision.autocast else None,
                 "model": dataclasses.asdict(cfg.model),  # the baseline's; the xsa arm differs only in:
                 "xsa_arm": {k: getattr(xsa.cfg.model, k) for k in ("xsa_alpha", "xsa_layers", "xsa_value")},
+                # each arm's fields where it differs from its preset (the run ids spell them out)
+                "arm_overrides": {name: dict(arm.run.overrides) for name, arm in arms.items()},
                 "device_batch_size": B,
                 "seq_len": T,
                 "grad_accum": accum,
@@ -318,8 +338,17 @@ def main(argv=None):
     p.add_argument("--total-batch-size", type=int, default=None,
                    help="override the preset's tokens per step (fewer accumulation micro-batches)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a config field of both arms, e.g. cpu_compile=true (repeatable)")
+    p.add_argument("--vs", action="append", default=[], metavar="FIELD=VALUE",
+                   help="compare the baseline with itself plus these fields (e.g. loss_chunk=512) instead of "
+                        "with XSA; the record keeps its keys (the second arm under 'xsa', see 'runs')")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     args = p.parse_args(argv)
+    try:
+        sets, vs = _fields(args.set, "--set"), _fields(args.vs, "--vs")
+    except ValueError as e:
+        p.error(str(e))
     if args.preset not in PRESETS:
         p.error(f"--preset: unknown preset {args.preset!r} (choose from {', '.join(PRESETS)})")
     for name in ("steps", "device_batch_size", "total_batch_size", "threads"):
@@ -335,20 +364,38 @@ def main(argv=None):
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
     if out.is_dir() or not _writable(out.parent):
         p.error(f"--out: cannot write {out}")
-    overrides = {k: getattr(args, k) for k in ("device_batch_size", "total_batch_size") if getattr(args, k)}
+    overrides = {**sets, **{k: getattr(args, k) for k in ("device_batch_size", "total_batch_size") if getattr(args, k)}}
     try:
-        result = run_throughput(args.preset, steps=args.steps, warmup=args.warmup, train_steps=args.train_steps,
-                                device=args.device, seed=args.seed, threads=args.threads, overrides=overrides,
-                                out=out)
-    except ConfigError as e:
+        runs = vs_runs(args.preset, vs, args.seed, **overrides) if vs else None
+        result = run_throughput(args.preset, runs=runs, steps=args.steps, warmup=args.warmup,
+                                train_steps=args.train_steps, device=args.device, seed=args.seed,
+                                threads=args.threads, overrides=overrides, out=out)
+    except (ConfigError, ValueError) as e:
         p.error(str(e))
     lo, hi = result["overhead_ci95"]
-    print(f"{args.preset} on {result['device']}: baseline {result['baseline_tok_per_s']:,.0f} tok/s, "
-          f"xsa {result['xsa_tok_per_s']:,.0f} tok/s, overhead {100 * result['overhead_ratio']:+.2f}% "
+    a, b = result["runs"]["baseline"], result["runs"]["xsa"]
+    print(f"{args.preset} on {result['device']}: {a} {result['baseline_tok_per_s']:,.0f} tok/s, "
+          f"{b} {result['xsa_tok_per_s']:,.0f} tok/s, overhead {100 * result['overhead_ratio']:+.2f}% "
           f"(95% CI {100 * lo:+.2f}% .. {100 * hi:+.2f}%), MFU {100 * result['baseline_mfu']:.1f}% of the measured peak"
           + (f", {100 * result['baseline_mfu_datasheet']:.1f}% of the datasheet's"
              if result["baseline_mfu_datasheet"] is not None else ""))
     print(f"wrote {out}")
+
+
+def _fields(pairs: list[str], flag: str) -> dict:
+    """FIELD=VALUE strings -> {field: value}, each value read as JSON where it parses (true, 512,
+    0.5) and as a string otherwise (all, last:2)."""
+    import json
+    out = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise ValueError(f"{flag}: expected FIELD=VALUE, got {pair!r}")
+        try:
+            out[name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name] = value
+    return out
 
 
 def _writable(folder: Path) -> bool:

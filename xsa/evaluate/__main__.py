@@ -35,7 +35,8 @@ def main(argv=None):
         p.add_argument("--out", type=Path, default=None, help="JSON to merge results into (default: RUN/eval.json)")
         p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto-detect)")
         if name == "core":
-            p.add_argument("--batch-tokens", type=int, default=16384, help="tokens per forward batch")
+            p.add_argument("--batch-tokens", type=int, default=None,
+                           help="tokens per forward batch (default: 4096 on a CPU, 16384 elsewhere)")
         else:
             p.add_argument("--sft-steps", type=int, default=300, help="SFT optimizer steps (the result is cached per run)")
             p.add_argument("--sft-data", choices=["auto", "registry", "nanochat"], default="auto",

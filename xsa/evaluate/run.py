@@ -63,7 +63,7 @@ def _provenance(config, device, t0, c0):
 
 
 def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out=None, device=None,
-                      batch_tokens: int = 16384) -> dict:
+                      batch_tokens: int | None = None) -> dict:
     """CORE of a run's final model -> merged into out (default RUN_DIR/eval.json); returns the update.
 
     Per task: accuracy, centered accuracy and the mean likelihood measures (xsa.evaluate.core); the
@@ -71,15 +71,16 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     Scored in the precision policy of training (bf16 autocast on CUDA, fp32 elsewhere).
     """
     from xsa.data.bundle import load_bundle, resolve_bundle
-    from xsa.evaluate.core import check_max_per_task, evaluate_core, model_scorer
+    from xsa.evaluate.core import check_max_per_task, default_batch_tokens, evaluate_core, model_scorer
     from xsa.step import Precision
 
     check_max_per_task(max_per_task)
-    if not isinstance(batch_tokens, int) or batch_tokens < 1:
+    if batch_tokens is not None and (not isinstance(batch_tokens, int) or batch_tokens < 1):
         raise ValueError(f"batch_tokens must be a positive integer, got {batch_tokens!r}")
     out = check_merge_target(out or Path(run_dir) / "eval.json")
     core_bundle = load_bundle(resolve_bundle(bundle))  # a bad bundle fails before the model loads
     device = autodetect_device(device)
+    batch_tokens = default_batch_tokens(device) if batch_tokens is None else batch_tokens
     with own_run(run_dir, "CORE evaluation", shared=True):  # never beside a training of the folder
         trained = trained_state(run_dir)
         model, tokenizer, config = _load(run_dir, device)
