@@ -336,14 +336,20 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
         if stage in ("evaluate", "diagnostics") and not trained(Path(job.params["runs"][0])):
             print(f"{tag}: not trained to its horizon yet, skipped (run the train stage first)", flush=True)
             continue
-        if stage == "train":
-            prepare_train(job, ctx)
-        how = " (resuming)" if job.params.get("resume") else ""
-        print(f"{tag}: running{how} -> {ctx.record(job)}", flush=True)
-        t0 = time.time()
-        last = execute(job, ctx)
-        print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
+        last = run_job(tag, job, ctx)
     return last
+
+
+def run_job(tag: str, job: Job, ctx: Context) -> Path:
+    """Run one job that is not up to date (a training resumes where it can), saying so."""
+    if job.stage == "train":
+        prepare_train(job, ctx)
+    how = " (resuming)" if job.params.get("resume") else ""
+    print(f"{tag}: running{how} -> {ctx.record(job)}", flush=True)
+    t0 = time.time()
+    record = execute(job, ctx)
+    print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
+    return record
 
 
 def redeclare(ctx: Context) -> bool:
@@ -370,14 +376,7 @@ def run_adaptive_train(ctx: Context) -> Path | None:
             print(f"[train] {ctx.study.name}: no run of this shard left to train ({done} this pass)",
                   flush=True)
             return last
-        job = pending[0]
-        tag = f"[train {done + 1}, {len(pending)} pending] {job.name}"
-        prepare_train(job, ctx)
-        how = " (resuming)" if job.params.get("resume") else ""
-        print(f"{tag}: running{how} -> {ctx.record(job)}", flush=True)
-        t0 = time.time()
-        last = execute(job, ctx)
-        print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
+        last = run_job(f"[train {done + 1}, {len(pending)} pending] {pending[0].name}", pending[0], ctx)
         done += 1
         redeclare(ctx)
 

@@ -185,7 +185,7 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         "compute": compute_table(every),
         "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
-    robust = None
+    robust, tables["robustness"], tables["lr_selection"] = None, [], []
     if study.robustness:  # XSA's effect under every condition run, the robust study's records beside ours
         from xsa.report.robust import robustness
         robust = robustness(study, runs, results_dir)
