@@ -324,9 +324,9 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
     if stage == "data":
         run_data(ctx, stages)
         return None
-    jobs, last = [j for j in jobs_for(stage, ctx) if ctx.mine(j.index)], None
     if stage == "train" and redeclare(ctx):  # an adaptive study: the next run is the first pending one
         return run_adaptive_train(ctx)
+    jobs, last = [j for j in jobs_for(stage, ctx) if ctx.mine(j.index)], None
     for i, job in enumerate(jobs, 1):
         tag = f"[{stage} {i}/{len(jobs)}] {job.name}"
         if is_done(job, ctx):

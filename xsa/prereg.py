@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 from xsa.records import REPO_ROOT, atomic_write_text
+from xsa.studies import get_study
 
 FILENAME = "preregistration.md"  # under <results>/<study>/
-from xsa.studies import get_study
 
 # the study whose records size the design, and the comparison whose spread is used
 SIZED_BY = ("default", "cpu-w64-d4")

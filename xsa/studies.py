@@ -200,6 +200,11 @@ class Study:
     def data_subsets(self) -> list[str]:
         return sorted({r.config().data for r in self.runs})
 
+    def seed_effect(self, comparison: str):
+        """The seed paper's val-bpb effect (relative) that the claims set beside `comparison`, or None."""
+        return next((c.seed_effect for c in self.claims if c.comparison == comparison and c.metric == "val_bpb"),
+                    None)
+
     def comparison(self, name: str):
         for c in (*self.main, *self.comparisons):
             if c.name == name:

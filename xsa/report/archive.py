@@ -51,7 +51,7 @@ def _condition(cfg: dict) -> tuple[str, dict]:
 def archived_rows(root: Path, commit: str, pairs, seed_effect) -> list[dict]:
     """One row a (baseline arm, XSA arm) pair of the archive at root: XSA minus baseline, relative,
     paired by seed; or, where the archive is missing, one row that says how to restore it."""
-    from xsa.report.robust import effect_row, not_run_row
+    from xsa.report.robust import effect_row, minute, not_run_row
     runs = archived_runs(root)
     family = f"earlier study ({commit})"
     if not runs:
@@ -66,7 +66,7 @@ def archived_rows(root: Path, commit: str, pairs, seed_effect) -> list[dict]:
         label, condition = _condition(next(iter(b.values()))["config"])
         dates = [r["provenance"].get("date", "") for arm in (a, b) for r in arm.values() if r.get("provenance")]
         row = effect_row(label, family, condition, e, len(a.keys() & b.keys()), seed_effect,
-                         min(dates)[:16].replace("T", " ") if dates else None)
+                         minute(min(dates)) if dates else None)
         row["status"] = f"archived ({commit})"
         rows.append(row)
     return rows

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from xsa.report.stats import Interval, holm, mean_ci, relative_differences, t_pvalue
 from xsa.report.records import load_runs, per_seed
-from xsa.report.tables import effect
+from xsa.report.tables import contrast_effect, effect
 from xsa.report.text import pct, pct_ci
 
 SLOPE = "sequence-length slope"
@@ -76,11 +76,16 @@ def _declared(study, *arms) -> int:
     return len(set.intersection(*seeds)) if seeds else 0
 
 
+def minute(date: str) -> str:
+    """An ISO date of a record, to the minute: '2026-12-02 00:18' (the records are in UTC)."""
+    return date[:16].replace("T", " ")
+
+
 def _first_record(runs, *arms) -> str | None:
     """The date of the earliest run record of `arms` (provenance date, to the minute, UTC)."""
     names = {a.name for a in arms}
     dates = [r["provenance"]["date"] for r in runs if r["arm"] in names and (r["provenance"] or {}).get("date")]
-    return min(dates)[:16].replace("T", " ") if dates else None
+    return minute(min(dates)) if dates else None
 
 
 def _slope(runs, pairs) -> dict:
@@ -98,6 +103,7 @@ def _slope(runs, pairs) -> dict:
 def robust_rows(robust, runs, seed_effect) -> list[dict]:
     """The robust study's rows: its primary endpoint, then its pre-registered secondary family in order
     (Holm-adjusted over the whole family; a member not run counts with p = 1)."""
+    from xsa.studies import Contrast
     rows = []
     try:
         p = robust.comparison(robust.primary)
@@ -133,8 +139,7 @@ def robust_rows(robust, runs, seed_effect) -> list[dict]:
         except KeyError:
             family.append(not_run_row(label, "secondary", "LR selection pending"))
             continue
-        if hasattr(c, "first"):  # a contrast: (second's effect) - (first's), per seed
-            from xsa.report.tables import contrast_effect
+        if isinstance(c, Contrast):  # (second's effect) - (first's), per seed
             e = contrast_effect(runs, c, "val_bpb")
             row = _row(label, "secondary", c.second.a, c.second.b, e, _declared(robust, *c.second.arms()), None,
                        _first_record(runs, *c.second.arms()))
@@ -238,7 +243,7 @@ def robustness(study, runs, results_dir) -> dict:
     robust study's records under results_dir: {rows, selection, preregistration, runs}. A damaged
     robust-study record stops it (RecordError), as a damaged record of the study itself does."""
     from xsa.report.integrity import RecordError, check_present
-    from xsa.studies import SEED_PAPER, get_study
+    from xsa.studies import get_study
     robust = get_study(study.robustness, results_dir)
     problems = check_present(robust, results_dir)
     if problems:
@@ -251,8 +256,7 @@ def robustness(study, runs, results_dir) -> dict:
     # pre-registration), though the primary arms share them with the grid
     estimating = [r for r in robust_runs if r["spec"].seed >= robust.estimate_from]
     selecting = [r for r in robust_runs if r["spec"].seed < robust.estimate_from]
-    d12 = SEED_PAPER["d12"]
-    seed = d12["xsa1"]["val_bpb"] / d12["base"]["val_bpb"] - 1  # the seed paper's effect at d12's 12 heads
+    seed = study.seed_effect(study.primary)  # the seed paper's effect beside our primary (its d12)
     from xsa.archive import ARCHIVE
     from xsa.report.archive import archived_rows
     earlier = [r for a in study.archived

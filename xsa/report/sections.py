@@ -80,10 +80,6 @@ def _rel(e: dict) -> str:
     return f"{pct(e['rel_mean'])} {pct_ci(e['rel_ci'])} (n = {e['n']})"
 
 
-def _seed_effect(study, comparison: str):
-    return next((c.seed_effect for c in study.claims if c.comparison == comparison and c.metric == "val_bpb"), None)
-
-
 def _verb(ci: Interval) -> str:
     return {"lowers": "lowers", "raises": "raises"}.get(direction(ci), "does not measurably change")
 
@@ -100,7 +96,7 @@ def answer(study, built) -> str:
     row = setup.get(p.a.preset, {})
     where = (f"at {p.a.preset} ({row.get('layers')} layers, {row.get('width')} wide, {row.get('heads')} attention "
              f"head{'s' if row.get('heads') != 1 else ''}, {row.get('tokens', 0) / 1e6:.1f} M training tokens)")
-    seed = _seed_effect(study, study.primary)
+    seed = study.seed_effect(study.primary)
     first = pre if pre and pre["n"] < full["n"] else full
     verdict = {"lowers": "XSA lowers", "raises": "XSA raises"}.get(direction(first["rel_ci"]),
                                                                    "XSA does not measurably change")
@@ -162,7 +158,7 @@ def abstract(study, built) -> str:
 
 
 def introduction(study, built, refs: Refs) -> str:
-    seed_d4 = _seed_effect(study, study.main[0].name) if study.main else None
+    seed_d4 = study.seed_effect(study.main[0].name) if study.main else None
     return (f"Exclusive Self-Attention (XSA; Zhai, 2026) changes one line of attention: after the "
             f"attention-weighted sum, each output loses its component along the token's own value vector, so a "
             f"token's attention can only carry information from other tokens. A follow-up paper, which we call the "
@@ -229,12 +225,12 @@ def robust_interim(built) -> str:
 def results_robust(study, built, refs: Refs) -> str:
     """The robustness table: the pre-registration's date against the first records', each arm's selected
     learning rate, and every condition's effect (Holm over the secondary family)."""
-    from xsa.report.robust import row_sentence
+    from xsa.report.robust import minute, row_sentence
     robust = built.get("robust")
     if not robust:
         return "_This study has no robustness table._"
     pre, rows = robust["preregistration"], robust["rows"]
-    firsts = sorted(d[:16].replace("T", " ") for x in robust["runs"] if (d := (x["provenance"] or {}).get("date")))
+    firsts = sorted(minute(d) for x in robust["runs"] if (d := (x["provenance"] or {}).get("date")))
     when = (f"committed as {pre['commit']} on {pre['date']} UTC" if pre["commit"] else
             "whose commit this checkout's history does not hold")
     out = [f"The recipe-LR estimates rest on one learning rate. The robust study, pre-registered in "
@@ -264,7 +260,7 @@ def results_robust(study, built, refs: Refs) -> str:
     if interim := robust_interim(built):
         out.append(f"{interim[0].upper()}{interim[1:]}.")
     out.append(f"{refs.tab('robustness')} sets every condition side by side, with whether its interval excludes zero "
-               f"and the seed paper's {pct(_seed_effect(study, study.primary))} and, for the "
+               f"and the seed paper's {pct(study.seed_effect(study.primary))} and, for the "
                f"secondary family, Holm-adjusted p-values (a member not run counts as p = 1). The tokens-per-parameter "
                f"column is in nanochat's unit (training tokens per block-matrix-and-head parameter; nanochat trains "
                f"d12 at 10-12).")
