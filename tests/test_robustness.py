@@ -161,3 +161,28 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
     dates = [read_json(runs / r.run_id / "provenance.json")["date"] for r in robust.runs
              if (runs / r.run_id / "provenance.json").exists()]
     assert dates and min(dates)[:16].replace("T", " ") > date  # committed before every run's record
+
+
+def test_the_answer_sentence_sorts_the_conditions_by_their_verdicts(results):
+    from xsa.report import robustness_figure_rows
+    from xsa.report.sections import robust_sentence
+    built = dict(robust=robustness(the_study(results), [], results))
+    said = robust_sentence(built, lead="Here, with")
+    # the primary by its interval; T = 256 (-1%, Holm p far below 5%) among the conditions XSA lowers
+    assert said.startswith(" Here, with each arm at its own tuned matrix learning rate (0.04 / 0.08 at cpu-w64-d4")
+    assert "lowers final val bpb with one head (the pre-registered primary endpoint, -0.30%" in said
+    assert " and at T = 256 (-0.99%" in said and "does not measurably change" not in said
+    assert "Not yet measured (fewer than two pairs): XSA's effect with two heads of 64 (width 128), at T = 1024 and " \
+           "on the last two layers only." in said
+    # T = 256 drawn (a condition), no dependence row; no diagnostics yet: no diagonal estimate
+    assert [r["label"] for r in robustness_figure_rows(built["robust"]["rows"])] == [
+        "tuned LRs (primary) (n = 12)", "tuned, T = 256 (n = 6)"]
+    assert all(d["n"] == 0 for d in built["robust"]["diagonal"])
+    # a T = 256 effect lost in its noise is said to be unclear, after the primary's verdict
+    t256 = get_study("robust", results).comparison("cpu-w64-d4 tuned T=256")
+    for s in range(100, 106):
+        (results / "runs" / t256.b.run(s).run_id / "metrics.jsonl").unlink()  # retrained, from scratch
+        whole(results, t256.b.run(s), 2.1 * (1 + 0.01 * (-1) ** s))
+    said = robust_sentence(dict(robust=robustness(the_study(results), [], results)))
+    assert "excludes the seed paper's effect" not in said and "includes the seed paper's effect)" in said
+    assert "; and it does not measurably change it at T = 256 (+0.00% [" in said

@@ -149,6 +149,16 @@ def _scaled(ci, k):
     return Interval(ci.lo * k, ci.hi * k) if ci.defined else ci
 
 
+def robustness_figure_rows(rows) -> list[dict]:
+    """The robustness table's rows that are XSA against a baseline under one condition (not the
+    differences of effects: contrasts, slope, layer choice), in percent, for fig_forest."""
+    from xsa.report.robust import secondary_kind
+    keep = [r for r in rows if r.get("rel") is not None
+            and (r["family"] != "secondary" or (secondary_kind(r) or ("", ""))[1] == "condition")]
+    return [dict(label=f"{r['condition']} (n = {r['n']})", n=r["n"], mean=100 * r["rel"],
+                 ci=_scaled(r["rel_ci95"], 100), primary=r["family"] == "primary") for r in keep]
+
+
 def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
     """Write every table and figure of a study's paper into OUT_DIR/tables and OUT_DIR/figures
     (default: results_dir); return the tables (rows) and figure paths. The runs in leave_out (run
@@ -197,6 +207,10 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         "gap": fig_gap(gap_curves(runs, study.main), figures_dir, "gap"),  # the key figure
         "forest": fig_forest(forest_rows(study, runs), figures_dir, "forest",
                              "val bpb change relative to the reference arm (%), 95% CI over paired seeds"),
+        "robustness": fig_forest(robustness_figure_rows(tables["robustness"]), figures_dir, "robustness",
+                                 "val bpb change, XSA minus baseline (%), 95% CI over paired seeds",
+                                 {"the seed paper (d12, one run)": _pct_or_none(study.seed_effect(study.primary))})
+        if robust else None,
         "lr": fig_lr(lr_points(study, every), figures_dir, "lr"),
         "train_loss": fig_curves(main_runs, "train_loss", "train loss (nats)", figures_dir, "train_loss"),
         "val_bpb_curves": fig_curves(main_runs, "val_bpb", "val bpb", figures_dir, "val_bpb_curves"),
@@ -218,6 +232,10 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
                 (figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
     return dict(runs=runs, every=every, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
                 left_out=leave_out, robust=robust)
+
+
+def _pct_or_none(x):
+    return None if x is None else 100 * x
 
 
 def summary_text(study, built: dict) -> str:

@@ -256,9 +256,10 @@ def fig_gap(curves: dict, out_dir, name: str, relative: bool = True):
     return save_figure(fig, out_dir, name)
 
 
-def fig_forest(rows: list[dict], out_dir, name: str, title: str):
-    """Every comparison's effect with its 95% CI (rows: label, mean, ci, n, primary), zero marked;
-    a single seed is drawn hollow, with no interval."""
+def fig_forest(rows: list[dict], out_dir, name: str, title: str, lines: dict | None = None):
+    """Every comparison's effect with its 95% CI (rows: label, mean, ci, n, primary), zero marked, and
+    each of `lines` ({legend label: x}) as a dashed reference; a single seed is drawn hollow, with no
+    interval."""
     rows = [r for r in rows if r.get("mean") is not None]
     if not rows:
         return None
@@ -267,11 +268,14 @@ def fig_forest(rows: list[dict], out_dir, name: str, title: str):
     single = [_point(ax, r["mean"], i, r["ci"], r.get("n"), "C3" if r.get("primary") else "C0", horizontal=True)
               for i, r in enumerate(rows)]
     ax.axvline(0, color="gray", lw=0.8)
+    handles = [ax.axvline(x, color="C2", lw=0.9, ls="--", label=label) for label, x in (lines or {}).items()
+               if x is not None]
     ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
     ax.invert_yaxis()
     ax.set(xlabel=title)
-    if any(single):
-        ax.legend(handles=[_single_note(ax)], loc="lower right")
+    handles += [_single_note(ax)] if any(single) else []
+    if handles:  # below the axes: a legend inside would cover the last rows
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
     return save_figure(fig, out_dir, name)
 
 

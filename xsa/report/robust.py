@@ -28,6 +28,30 @@ from xsa.report.text import pct, pct_ci
 
 SLOPE = "sequence-length slope"
 SEQ_LENS = (256, 512, 1024)  # the slope's sequence lengths: T=512 is the primary's
+# The secondary family's rows, by comparison: (label in the table, the condition as a sentence names
+# it, kind). A "condition" row is XSA against the baseline under one condition; a "dependence" row is a
+# difference of two effects (does XSA's effect depend on it?).
+SECONDARY_ROWS = {
+    "cpu-w128-d4 tuned": ("tuned, 2 heads (width 128)", "with two heads of 64 (width 128)", "condition"),
+    "heads": ("heads contrast (2 minus 1)", "the number of heads", "dependence"),
+    "cpu-w64-d4 tuned T=256": ("tuned, T = 256", "at T = 256", "condition"),
+    "cpu-w64-d4 tuned T=1024": ("tuned, T = 1024", "at T = 1024", "condition"),
+    SLOPE: ("slope per doubling of T", "the sequence length", "dependence"),
+    "last half vs baseline": ("last 2 layers vs baseline", "on the last two layers only", "condition"),
+    "last half vs all layers": ("last 2 layers vs all layers", "the choice of layers (last two or all)", "dependence"),
+}
+PRIMARY = "tuned LRs (primary)"
+
+
+def secondary_row(rows, comparison: str) -> dict | None:
+    """The row of one secondary comparison (a key of SECONDARY_ROWS), or None."""
+    return next((r for r in rows if r["condition"] == SECONDARY_ROWS[comparison][0]), None)
+
+
+def secondary_kind(row: dict) -> tuple[str, str] | None:
+    """(the condition as a sentence names it, kind) of a secondary-family row, by its label."""
+    return next(((phrase, kind) for label, phrase, kind in SECONDARY_ROWS.values() if label == row["condition"]),
+                None)
 
 
 def _condition(arm, seq_len=None) -> dict:
@@ -108,20 +132,12 @@ def robust_rows(robust, runs, seed_effect) -> list[dict]:
     try:
         p = robust.comparison(robust.primary)
     except KeyError:  # the LR selection is still training: nothing declared yet
-        return [not_run_row("tuned LRs (primary)", "primary", "LR selection pending")]
-    rows.append(_row("tuned LRs (primary)", "primary", p.a, p.b,
-                     effect(runs, p.a, p.b, "val_bpb"), _declared(robust, p.a, p.b), seed_effect,
-                     _first_record(runs, p.a, p.b)))
-    labels = {"cpu-w128-d4 tuned": "tuned, 2 heads (width 128)",
-              "heads": "heads contrast (2 minus 1)",
-              "cpu-w64-d4 tuned T=256": "tuned, T = 256",
-              "cpu-w64-d4 tuned T=1024": "tuned, T = 1024",
-              SLOPE: "slope per doubling of T",
-              "last half vs baseline": "last 2 layers vs baseline",
-              "last half vs all layers": "last 2 layers vs all layers"}
+        return [not_run_row(PRIMARY, "primary", "LR selection pending")]
+    rows.append(_row(PRIMARY, "primary", p.a, p.b, effect(runs, p.a, p.b, "val_bpb"),
+                     _declared(robust, p.a, p.b), seed_effect, _first_record(runs, p.a, p.b)))
     family = []
     for name in robust.secondary:
-        label = labels.get(name, name)
+        label = SECONDARY_ROWS[name][0]
         if name == SLOPE:
             try:
                 pairs = [robust.comparison(f"{p.name} T={t}") if t != 512 else p for t in SEQ_LENS]
@@ -230,6 +246,21 @@ def group_check(robust, runs) -> list[dict]:
     return out
 
 
+def diagonal_by_heads(robust, runs) -> list[dict]:
+    """XSA's relative change in diagonal attention mass (mean over layers, paired by seed) at each head
+    count of the robust study's tuned pairs, and the heads contrast: does the diagonal change depend on
+    the number of heads? Rows: {label, heads, n, rel_mean, rel_ci}; a pair without diagnostics has n = 0."""
+    from xsa.studies import Contrast
+    out = []
+    for c in (*robust.main, *(c for c in robust.comparisons if isinstance(c, Contrast))):
+        if isinstance(c, Contrast):
+            e, label, heads = contrast_effect(runs, c, "diag_mass"), "contrast (2 minus 1 heads)", None
+        else:
+            e, label, heads = effect(runs, c.a, c.b, "diag_mass"), c.name, c.a.config().model.n_head
+        out.append(dict(label=label, heads=heads, n=e["n"], rel_mean=e["rel_mean"], rel_ci=e["rel_ci"]))
+    return out
+
+
 def row_sentence(r: dict) -> str:
     """One row as a sentence fragment: 'tuned LRs, ...: -0.30% [-0.50%, -0.10%] (n = 12)'."""
     if not r.get("n"):
@@ -263,6 +294,6 @@ def robustness(study, runs, results_dir) -> dict:
                for r in archived_rows(Path(results_dir) / ARCHIVE / a.commit, a.commit, a.pairs, seed)]
     return dict(rows=earlier + robustness_rows(study, robust, runs, estimating, seed),
                 selection=selection(robust, selecting),
-                group_check=group_check(robust, selecting),
+                group_check=group_check(robust, selecting), diagonal=diagonal_by_heads(robust, estimating),
                 preregistration=dict(zip(("commit", "date"), robust.preregistered or (None, None))),
                 runs=robust_runs, study=robust)

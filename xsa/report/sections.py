@@ -15,7 +15,7 @@ from xsa.report.text import (_diag, _effect, _layers_phrase, contrast_sentences,
 # -----------------------------------------------------------------------------
 # The paper's structure: numbered figures and tables, and the sentences around them
 
-FIGURES = ("gap", "forest", "lr", "task_effects", "diagnostics_effects")
+FIGURES = ("gap", "robustness", "forest", "lr", "task_effects", "diagnostics_effects")
 TABLES = ("setup", "power", "main", "robustness", "claims", "throughput")
 # the appendix: per-comparison, per-task, per-layer and per-run detail (sweeps expanded per study)
 APPENDIX = ("effects", "@sweeps", "task_effects", "core_tasks", "diagnostics_effects", "diagnostics", "compute",
@@ -60,19 +60,78 @@ def title(study) -> str:
             f"nanochat's stack")
 
 
-def robust_sentence(built) -> str:
-    """The robust study's primary endpoint in one sentence ('' before it has two pairs)."""
-    rows = (built.get("robust") or {}).get("rows") or []
-    row = next((r for r in rows if r["family"] == "primary"), None)
-    if not row or row["n"] < 2:
+def _robust_rows(built) -> list[dict]:
+    return (built.get("robust") or {}).get("rows") or []
+
+
+def _row_numbers(r: dict) -> str:
+    """'-0.61% [-0.78%, -0.43%], n = 20' of a robustness row, 'interim k/N' beside it while it trains."""
+    ci = r["rel_ci95"]
+    return (f"{pct(r['rel'])} {pct_ci(ci) if ci.defined else '(no interval)'}, n = {r['n']}"
+            + (f", interim {r['n']}/{r['declared']}" if r["n"] < r["declared"] else ""))
+
+
+def _decided(r: dict) -> str:
+    """A robustness row's direction: 'lowers', 'raises' or 'unclear'. The primary is judged by its
+    interval, a member of the secondary family by its Holm-adjusted p at 5% (the pre-registration)."""
+    ci = r["rel_ci95"]
+    if not ci.defined:
+        return "unclear"
+    if r["family"] == "secondary":
+        return ("lowers" if r["rel"] < 0 else "raises") if r["p_holm"] is not None and r["p_holm"] < 0.05 \
+            else "unclear"
+    return {"lowers": "lowers", "raises": "raises"}.get(direction(ci), "unclear")
+
+
+def robust_sentence(built, lead: str = "With") -> str:
+    """The robust study's answer in one sentence: under which of its conditions XSA lowers (or raises)
+    final val bpb at each arm's tuned learning rate, and under which it cannot be told from zero ('' before
+    the primary has two pairs). Then, if any has records, whether the effect depends on the heads, the
+    sequence length or the layers (Holm-corrected)."""
+    from xsa.report.robust import secondary_kind
+    rows = _robust_rows(built)
+    primary = next((r for r in rows if r["family"] == "primary"), None)
+    if not primary or primary["n"] < 2:
         return ""
-    ci = row["rel_ci95"]
-    interim = f", interim: {row['n']} of {row['declared']} declared pairs" if row["n"] < row["declared"] else ""
-    return (f" With each arm at its own tuned matrix learning rate ({row['matrix_lr']}; the pre-registered robust "
-            f"study{interim}), "
-            f"XSA {_verb(ci)} val bpb: {pct(row['rel'])} {pct_ci(ci)} (n = {row['n']}), an interval that "
-            f"{'excludes' if ci.excludes(0.0) else 'includes'} zero and "
-            f"{'excludes' if row['excludes_seed_paper'] else 'includes'} the seed paper's effect.")
+    excl = lambda what, yes: f"{'excludes' if yes else 'includes'} {what}"
+    seed = excl("the seed paper's effect", primary["excludes_seed_paper"])
+    conditions = [(f"with one head (the pre-registered primary endpoint, {_row_numbers(primary)}; its interval "
+                   f"{excl('zero', primary['excludes_zero'])} and {seed})", primary)]
+    dependences, pending = [], []
+    for r in rows:
+        kind = secondary_kind(r) if r["family"] == "secondary" else None
+        if kind is None:
+            continue
+        if r["n"] < 2:
+            pending += [kind[0]] if kind[1] == "condition" else []
+        elif kind[1] == "condition":
+            conditions.append((f"{kind[0]} ({_row_numbers(r)})", r))
+        else:
+            dependences.append((f"{kind[0]} ({_row_numbers(r)})", r))
+    by = {}
+    for text, r in conditions:
+        by.setdefault(_decided(r), []).append(text)
+    parts = [f"{verb} final val bpb {_join(by[verb])}" for verb in ("lowers", "raises") if by.get(verb)]
+    if by.get("unclear"):
+        parts.append(f"does not measurably change {'it' if parts else 'final val bpb'} {_join(by['unclear'])}")
+    text = (f" {lead} each arm at its own tuned matrix learning rate ({primary['matrix_lr']} at {primary['preset']}; "
+            f"the pre-registered robust study, its secondary conditions Holm-corrected), XSA "
+            f"{_join(parts, '; and it ')}.")
+    if dependences:
+        moved = [t for t, r in dependences if _decided(r) != "unclear"]
+        still = [t for t, r in dependences if _decided(r) == "unclear"]
+        if moved:
+            text += f" Its effect depends measurably on {_join(moved)}."
+        if still:
+            text += f" {'It' if moved else 'Its effect'} does not depend measurably on {_join(still, ' or ')}."
+    if pending:
+        text += f" Not yet measured (fewer than two pairs): XSA's effect {_join(pending)}."
+    return text
+
+
+def _join(items, last: str = " and ") -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + last + items[-1]
 
 
 def _rel(e: dict) -> str:
@@ -84,8 +143,9 @@ def _verb(ci: Interval) -> str:
     return {"lowers": "lowers", "raises": "raises"}.get(direction(ci), "does not measurably change")
 
 
-def answer(study, built) -> str:
-    """The study's answer in two or three sentences, with the conditions it holds under."""
+def answer(study, built, opening: str | None = None) -> str:
+    """The study's answer in two or three sentences, with the conditions it holds under; `opening`
+    replaces "On nanochat's Muon stack at <scale>" where another answer comes first."""
     from xsa.report.tables import effect
     p = study.comparison(study.primary)
     full = effect(built["runs"], p.a, p.b, "val_bpb")
@@ -100,7 +160,8 @@ def answer(study, built) -> str:
     first = pre if pre and pre["n"] < full["n"] else full
     verdict = {"lowers": "XSA lowers", "raises": "XSA raises"}.get(direction(first["rel_ci"]),
                                                                    "XSA does not measurably change")
-    text = (f"On nanochat's Muon stack at {_scale(study)}, {verdict} the final validation bits per byte on the "
+    opening = opening or f"On nanochat's Muon stack at {_scale(study)}"
+    text = (f"{opening}, {verdict} the final validation bits per byte on the "
             f"pre-registered primary comparison {where}: {_rel(first)}"
             + (f" over the {first['n']} planned paired seeds" if first is pre else "")
             + (f", an interval that {'excludes' if first['rel_ci'].excludes(0.0) else 'includes'} zero"
@@ -123,14 +184,26 @@ def answer(study, built) -> str:
 
 
 def abstract(study, built) -> str:
-    """The answer first, then what was done and what else was found."""
+    """The answer first (the robust study's, where it has one, else the study's own), then what XSA is
+    and what was done, then what else was found."""
     primary = _effect(built, study.primary)
     if primary is None or primary["n"] < 2:
         return ("_The study's records are not complete yet: the abstract is written from them once the "
                 "primary comparison has at least two paired seeds._")
     setup = built["tables"]["setup"]
     heads = sorted({r["heads"] for r in setup})
-    text = answer(study, built) + robust_sentence(built)
+    robust = robust_sentence(built, lead=f"On nanochat's Muon stack at {_scale(study)}, with").strip()
+    robust_runs = len((built.get("robust") or {}).get("runs") or [])
+    text = robust + " " if robust else ""
+    text += (f"Exclusive Self-Attention (XSA; Zhai, 2026) removes from each attention output its component along "
+             f"the token's own value; a recent paper (the seed paper) reported that in nanochat's Muon stack it "
+             f"lowers val bpb by about 0.3% at two depths, from one run per arm. We repeat its question with "
+             f"{len(built['runs'])} CPU runs at the recipe's learning rate: paired seeds, a pre-registered primary "
+             f"endpoint, a depth pair, optimizer and architecture controls, an alpha sweep, a learning-rate check, "
+             f"likelihood-based downstream measures, attention diagnostics and a step-time benchmark"
+             + (f"; and with {robust_runs} more in a pre-registered robust study that tunes each arm's learning rate "
+                f"and varies the number of heads, the sequence length and the layers XSA acts on." if robust else "."))
+    text += " " + answer(study, built, opening="At the recipe's learning rate" if robust else None)
     others = [p for p in study.main if p.name != study.primary]
     second = _effect(built, others[0].name) if others else None
     if second is not None and second["n"] >= 2:
@@ -140,21 +213,32 @@ def abstract(study, built) -> str:
     if diag is not None and diag["n"] >= 2 and diag["rel_ci95"].defined:
         text += (f" XSA {_verb(diag['rel_ci95'])} the attention a token pays to itself ({effect_phrase(diag)})"
                  + (", the opposite of the seed paper's mechanism." if diag["rel_ci95"].lo > 0 else "."))
-    text += (f" Exclusive Self-Attention (XSA; Zhai, 2026) removes from each attention output its component along "
-             f"the token's own value; a recent paper (the seed paper) reported that in nanochat's Muon stack it "
-             f"lowers val bpb by about 0.3% at two depths, from one run per arm. We repeat its question with "
-             f"{len(built['runs'])} CPU runs: paired seeds, a pre-registered primary endpoint, a depth pair, "
-             f"optimizer and architecture controls, an alpha sweep, a learning-rate check, likelihood-based "
-             f"downstream measures, attention diagnostics and a step-time benchmark.")
-    earlier = [r for r in (built.get("robust") or {}).get("rows") or []
-               if r["family"].startswith("earlier study") and r.get("n")]
+    earlier = [r for r in _robust_rows(built) if r["family"].startswith("earlier study") and r.get("n")]
     if heads == [1] and earlier:
         way = "pointed the other way" if all(r["rel"] > 0 for r in earlier) else "was mixed"
         shown = ", ".join(pct(r["rel"]) for r in earlier)
-        text += (f" Our models have one attention head, and the project's earlier multi-head study "
-                 f"({study.archived[0].commit}: {shown} on {max(r['n'] for r in earlier)} seeds, no interval "
-                 f"excluding zero) {way}, so the result should not be read beyond this regime.")
+        said = (f"the project's earlier multi-head study ({study.archived[0].commit}: {shown} on "
+                f"{max(r['n'] for r in earlier)} seeds, no interval excluding zero) {way}")
+        if _two_heads(built):
+            text += (f" On an earlier stack, at its recipe's learning rate and "
+                     f"{_span(r['tokens_per_param'] for r in earlier)} tokens per parameter, {said}.")
+        else:
+            text += (f" The recipe-LR study's models have one attention head, and {said}, so its result should not "
+                     f"be read beyond this regime.")
     return text
+
+
+def _two_heads(built) -> dict | None:
+    """The robust study's two-head row, once it has two pairs."""
+    from xsa.report.robust import secondary_row
+    row = secondary_row(_robust_rows(built), "cpu-w128-d4 tuned")
+    return row if row and row["n"] >= 2 else None
+
+
+def _span(values) -> str:
+    """'0.03-0.1' of some positive numbers (two significant digits)."""
+    vs = sorted(values)
+    return f"{vs[0]:.2g}" if f"{vs[0]:.2g}" == f"{vs[-1]:.2g}" else f"{vs[0]:.2g}-{vs[-1]:.2g}"
 
 
 def introduction(study, built, refs: Refs) -> str:
@@ -257,6 +341,14 @@ def results_robust(study, built, refs: Refs) -> str:
     done = [row_sentence(r) for r in rows if r["family"] != "recipe-LR study" and r.get("n", 0) >= 2]
     if done:
         out.append("XSA's change in final val bpb: " + "; ".join(done) + ".")
+    if slope := _slope_design(study, built):
+        out.append(slope)
+    diag = [d for d in robust.get("diagonal", []) if d["n"] >= 2]
+    if diag:
+        said = "; ".join(f"{d['label']}: {pct(d['rel_mean'], 1)} {pct_ci(d['rel_ci'], 1)} (n = {d['n']})" for d in diag)
+        out.append(f"XSA's change in the diagonal attention mass a_ii (mean over layers, paired by seed): {said}.")
+    elif robust.get("diagonal"):
+        out.append("The robust study's attention diagnostics are computed once its runs have trained; none yet.")
     if interim := robust_interim(built):
         out.append(f"{interim[0].upper()}{interim[1:]}.")
     out.append(f"{refs.tab('robustness')} sets every condition side by side, with whether its interval excludes zero "
@@ -265,6 +357,26 @@ def results_robust(study, built, refs: Refs) -> str:
                f"column is in nanochat's unit (training tokens per block-matrix-and-head parameter; nanochat trains "
                f"d12 at 10-12).")
     return " ".join(out)
+
+
+def _slope_design(study, built) -> str:
+    """The slope of XSA's effect per doubling of T beside the slope the pre-registered design detects
+    (80% power at the paired SD that sized it), or '' where this study did not size it."""
+    from xsa.prereg import SIZED_BY, slope_detectable
+    from xsa.report.robust import secondary_row
+    from xsa.report.tables import effect
+    from xsa.studies import SECONDARY_SEEDS
+    if study.name != SIZED_BY[0]:
+        return ""
+    p = study.comparison(SIZED_BY[1])
+    sd = effect(built["runs"], p.a, p.b, "val_bpb")["rel_sd"]
+    row = secondary_row(_robust_rows(built), "sequence-length slope")
+    if sd is None or row is None:
+        return ""
+    can = pct(slope_detectable(len(SECONDARY_SEEDS), sd)).lstrip("+")
+    return ((f"Per doubling of the sequence length XSA's effect changes by {_row_numbers(row)}; " if row["n"] >= 2
+             else "The sequence-length slope has no records yet; ")
+            + f"the design detects a slope of {can} per doubling with 80% power (stated in the pre-registration).")
 
 
 def results_power(study, built, refs: Refs) -> str:
@@ -435,7 +547,15 @@ def conclusion(study, built, refs: Refs) -> str:
             + (f", and the {full['n'] - pre['n']} post hoc seeds move it to {_rel(full)}" if main is pre else "")
             + ". In this study what XSA gains depends on the depth and, on one seed a point, on the learning rate, "
               "and it raises rather than lowers diagonal attention." + robust_sentence(built) + " ")
-    if heads == [1]:
+    two = _two_heads(built)
+    if heads == [1] and two is not None:
+        earlier = [r for r in _robust_rows(built) if r["family"].startswith("earlier study") and r.get("n")]
+        against = bool(earlier) and all(r["rel"] * two["rel"] < 0 for r in earlier)
+        text += (f"With two heads of 64 at tuned learning rates XSA's change is {_row_numbers(two)}"
+                 + (f"; the earlier multi-head study, of the other sign, trained at its recipe's learning rate on "
+                    f"{_span(r['tokens_per_param'] for r in earlier)} tokens per parameter (here "
+                    f"{two['tokens_per_param']:.2g}), so the two do not test the same regime. " if against else ". "))
+    elif heads == [1]:
         text += ("Since these models have a single attention head and the earlier multi-head study pointed the other "
                  "way, the question the seed paper raised stays open for multi-head models at tuned learning rates"
                  + ("; the robust study's two-head rows (§3.2) answer it as their records land." if study.robustness
