@@ -81,7 +81,12 @@ def test_rows_estimate_on_their_own_seeds_and_holm_adjusts_the_family(results):
     assert rows["last 2 layers vs baseline"]["status"] == "interim 0/6"
     chosen = {(r["grid"], r["matrix_lr"]) for r in out["selection"] if r["selected"]}
     assert chosen == {("lr_grid_base", 0.04), ("lr_grid_xsa", 0.08)}
-    assert all(r["n"] == len(PICK.seeds) for r in out["selection"])  # selection seeds only
+    primary_grid = [r for r in out["selection"] if r["preset"] == "cpu-w64-d4"]
+    assert primary_grid and all(r["n"] == len(PICK.seeds) for r in primary_grid)  # selection seeds only
+    # the heads preset's grids are declared once the primary's LRs are chosen; none trained here
+    assert {r["grid"] for r in out["selection"]} - {r["grid"] for r in primary_grid} == {
+        "heads_lr_grid_base", "heads_lr_grid_xsa"}
+    assert all(r["n"] == 0 for r in out["selection"] if r["preset"] == "cpu-w128-d4")
 
 
 def test_a_run_still_training_is_not_a_record_but_a_damaged_one_stops_the_table(results):

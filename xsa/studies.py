@@ -352,6 +352,8 @@ def _robust(results) -> Study:
                 runs += [x.run(s) for s in GROUP_SEEDS for x in at]
         heads = {arm.name: PICK_HEADS.state(results, arm) for arm in w128.arms()}
         runs += [r for arm in w128.arms() for r in PICK_HEADS.runs(results, arm)]
+        comparisons += [Sweep.over(f"heads_lr_grid_{label}", arm, "matrix_lr", heads[arm.name][0], seed_arm=arm)
+                        for arm, label in ((w128.a, "base"), (w128.b, "xsa"))]
         if None not in (lr for _, lr in heads.values()):
             ha, hb = (arm.with_(matrix_lr=heads[arm.name][1]) for arm in w128.arms())
             pair = Paired("cpu-w128-d4 tuned", ha, hb)

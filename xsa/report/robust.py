@@ -234,7 +234,8 @@ def group_check(robust, runs) -> list[dict]:
         return []
     primary = robust.comparison(robust.primary)
     out = []
-    for c in (c for c in robust.comparisons if isinstance(c, Sweep) and c.field == "matrix_lr"):
+    for c in (c for c in robust.comparisons
+              if isinstance(c, Sweep) and c.field == "matrix_lr" and c.base.preset == primary.a.preset):
         tuned = next(x for x in primary.arms() if x.with_(matrix_lr=c.base.get("matrix_lr")) == c.base)
         for scale, arms in group_arms(c.base, tuned, c.values()).items():
             means = {a.get("matrix_lr"): mean_ci(per_seed(runs, a, "val_bpb").values()) for a in arms}

@@ -329,8 +329,9 @@ def results_robust(study, built, refs: Refs) -> str:
         chosen = next((p["matrix_lr"] for p in pts if p["selected"]), None)
         per = ", ".join(f"{p['matrix_lr']:g}: {p['val_bpb']:.4f}" for p in pts if p["val_bpb"] is not None)
         arm = "the baseline" if name.endswith("base") else "XSA"
-        out.append(f"The grid selects {chosen:g} for {arm} (mean final val bpb over {pts[0]['n']} seeds: {per})."
-                   if chosen is not None else f"{arm}'s grid is still training.")
+        out.append(f"At {pts[0]['preset']} the grid selects {chosen:g} for {arm} (mean final val bpb over "
+                   f"{pts[0]['n']} seeds: {per})." if chosen is not None else
+                   f"At {pts[0]['preset']}, {arm}'s grid is still training.")
     checks = [g for g in robust["group_check"] if g["best"] is not None]
     if checks:
         said = "; ".join(f"{'the baseline' if g['grid'].endswith('base') else 'XSA'} with the embedding and unembedding "
