@@ -211,19 +211,36 @@ def test_train_job_must_leave_the_run_it_asked_for(tmp_path):
     assert out.returncode == 1 and "records another config" in out.stderr and "seed (recorded 5, asked 0)" in out.stderr
 
 
-def test_downstream_stages_skip_runs_not_trained_yet(tmp_path):
-    """Evaluation can run beside training: a run still training (or stopped early) is skipped with
-    a word, never evaluated from a half-trained model."""
+def diagnostics_must_not_run(tmp_path, summary: dict):
+    """A diagnostics notebook that fails if it runs, and the smoke study's first run with `summary`
+    as its record (no weights): (stubs folder, run folder)."""
     stubs = tmp_path / "stubs"
     stub_notebook(stubs, "03_diagnostics.ipynb", "raise AssertionError('must not run')",
                   params="runs = []\nout_dir = None")
     run = get_study("smoke").runs[0]
     d = tmp_path / "r" / "runs" / run.run_id
     atomic_write_json(d / "config.json", run.config().to_dict())
-    atomic_write_json(d / "summary.json", {"complete": False})
+    atomic_write_json(d / "summary.json", summary)
+    return stubs, d
+
+
+def test_downstream_stages_skip_runs_not_trained_yet(tmp_path):
+    """Evaluation can run beside training: a run still training (or stopped early) is skipped with
+    a word, never evaluated from a half-trained model."""
+    stubs, d = diagnostics_must_not_run(tmp_path, {"complete": False})
     out = cli("--study", "smoke", "--stages", "diagnostics", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("not trained to its horizon yet, skipped") == 2
+
+
+def test_downstream_stages_skip_a_record_whose_weights_are_not_here(tmp_path):
+    """A fresh clone holds the committed records, never the weights: a run trained elsewhere is
+    skipped with a word naming the missing file, and the pass goes on (exit 0)."""
+    stubs, d = diagnostics_must_not_run(tmp_path, {"complete": True, "final_weights_sha256": "0" * 64})
+    out = cli("--study", "smoke", "--stages", "diagnostics", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
+    assert out.returncode == 0, out.stderr
+    assert f"its weights ({d / 'ckpt' / 'model.pt'}) are not in this checkout, skipped" in out.stdout
+    assert not (d / "diagnostics.json").exists()
 
 
 def test_an_adaptive_study_trains_next_what_its_rules_add(tmp_path, monkeypatch):

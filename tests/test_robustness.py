@@ -191,3 +191,11 @@ def test_the_answer_sentence_sorts_the_conditions_by_their_verdicts(results):
     said = robust_sentence(dict(robust=robustness(the_study(results), [], results)))
     assert "excludes the seed paper's effect" not in said and "includes the seed paper's effect)" in said
     assert "; and it does not measurably change it at T = 256 (+0.00% [" in said
+
+
+def test_the_logged_diagonal_is_the_last_evaluation_that_recorded_one():
+    from xsa.report.records import metric
+    run = dict(metrics=[{"step": 1, "diag": {"diag_mass": [0.5, 0.5]}}, {"step": 2, "diag": {"diag_mass": [0.1, 0.3]}},
+                        {"step": 3, "val_bpb": 2.0}])
+    assert metric(run, "log:diag_mass") == pytest.approx(0.2)
+    assert metric(dict(metrics=[{"step": 1, "val_bpb": 2.0}]), "log:diag_mass") is None

@@ -20,15 +20,12 @@ import numpy as np
 import torch
 
 from xsa.config import ConfigError, TrainConfig
+from xsa.layout import model_path  # noqa: F401 (the weights' path, where the pipeline looks too)
 from xsa.records import atomic_torch_save, read_json
 
 
 def state_path(run_dir) -> Path:
     return Path(run_dir) / "ckpt" / "state.pt"
-
-
-def model_path(run_dir) -> Path:
-    return Path(run_dir) / "ckpt" / "model.pt"
 
 
 def weights_sha256(state_dict: dict) -> str:

@@ -25,6 +25,11 @@ NOTEBOOKS = {
 }
 
 
+def model_path(run_dir) -> Path:
+    """A run's final weights (RUN_DIR/ckpt/model.pt): written by training, never committed."""
+    return Path(run_dir) / "ckpt" / "model.pt"
+
+
 @dataclass(frozen=True)
 class Layout:
     """Every output path of a study, in one place."""

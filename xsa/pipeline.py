@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xsa.layout import NOTEBOOKS, Layout, default_layout  # noqa: F401 (default_layout: the notebooks)
+from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
 from xsa.records import REPO_ROOT, atomic_write_text, read_json
 from xsa.spec import Run
 from xsa.studies import Study, get_study
@@ -335,6 +335,11 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
             continue
         if stage in ("evaluate", "diagnostics") and not trained(Path(job.params["runs"][0])):
             print(f"{tag}: not trained to its horizon yet, skipped (run the train stage first)", flush=True)
+            continue
+        if stage in ("evaluate", "diagnostics") and not model_path(job.params["runs"][0]).exists():
+            # a record trained elsewhere: git holds the run's record, never its weights
+            print(f"{tag}: its weights ({model_path(job.params['runs'][0])}) are not in this checkout, skipped "
+                  f"(the training log's final evaluation still records the per-layer diagnostics)", flush=True)
             continue
         last = run_job(tag, job, ctx)
     return last

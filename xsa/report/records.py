@@ -60,10 +60,16 @@ def metric(run: dict, name: str):
     - task:<label>: centered accuracy of one CORE task; task_bpb:<label>: its bits per byte of the
       correct continuation;
     - diag_mass (and any diagnostics metric as diag:<metric>, or diag:<metric>:<layer>): mean over
-      layers (or one layer) of the head-averaged final diagnostics."""
+      layers (or one layer) of the head-averaged final diagnostics;
+    - log:<metric> (e.g. log:diag_mass): the same mean over layers, from the training log's last
+      evaluation that recorded diagnostics (every run has it, with or without its weights at hand)."""
     if name == "val_bpb":
         summary = run["summary"] or {}
         return summary.get("val_bpb") if summary.get("complete", True) else None
+    if name.startswith("log:"):
+        logged = next((m["diag"] for m in reversed(run["metrics"] or []) if m.get("diag")), None)
+        vals = [v for v in (logged or {}).get(name[4:], []) if v is not None]
+        return sum(vals) / len(vals) if vals else None
     if name == "diag_mass" or name.startswith("diag:"):
         parts = ["diag", "diag_mass"] if name == "diag_mass" else name.split(":")
         layers = (run["diagnostics"] or {}).get("layers")

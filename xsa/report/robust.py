@@ -41,6 +41,7 @@ SECONDARY_ROWS = {
     "last half vs all layers": ("last 2 layers vs all layers", "the choice of layers (last two or all)", "dependence"),
 }
 PRIMARY = "tuned LRs (primary)"
+DIAGONAL = "log:diag_mass"  # the diagonal attention mass of the training log's final evaluation
 
 
 def secondary_row(rows, comparison: str) -> dict | None:
@@ -250,14 +251,17 @@ def group_check(robust, runs) -> list[dict]:
 def diagonal_by_heads(robust, runs) -> list[dict]:
     """XSA's relative change in diagonal attention mass (mean over layers, paired by seed) at each head
     count of the robust study's tuned pairs, and the heads contrast: does the diagonal change depend on
-    the number of heads? Rows: {label, heads, n, rel_mean, rel_ci}; a pair without diagnostics has n = 0."""
+    the number of heads? From the training log's final evaluation, which every run records (the
+    diagnostics stage needs the weights, which only the machine that trained a run has). Rows:
+    {label, heads, n, rel_mean, rel_ci}."""
     from xsa.studies import Contrast
     out = []
     for c in (*robust.main, *(c for c in robust.comparisons if isinstance(c, Contrast))):
         if isinstance(c, Contrast):
-            e, label, heads = contrast_effect(runs, c, "diag_mass"), "contrast (2 minus 1 heads)", None
+            e, label, heads = contrast_effect(runs, c, DIAGONAL), "contrast (2 minus 1 heads)", None
         else:
-            e, label, heads = effect(runs, c.a, c.b, "diag_mass"), c.name, c.a.config().model.n_head
+            heads = c.a.config().model.n_head
+            e, label = effect(runs, c.a, c.b, DIAGONAL), f"{heads} head{'s' if heads > 1 else ''} ({c.name})"
         out.append(dict(label=label, heads=heads, n=e["n"], rel_mean=e["rel_mean"], rel_ci=e["rel_ci"]))
     return out
 

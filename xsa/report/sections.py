@@ -347,9 +347,8 @@ def results_robust(study, built, refs: Refs) -> str:
     diag = [d for d in robust.get("diagonal", []) if d["n"] >= 2]
     if diag:
         said = "; ".join(f"{d['label']}: {pct(d['rel_mean'], 1)} {pct_ci(d['rel_ci'], 1)} (n = {d['n']})" for d in diag)
-        out.append(f"XSA's change in the diagonal attention mass a_ii (mean over layers, paired by seed): {said}.")
-    elif robust.get("diagonal"):
-        out.append("The robust study's attention diagnostics are computed once its runs have trained; none yet.")
+        out.append(f"XSA's change in the diagonal attention mass a_ii (mean over layers at the final evaluation, "
+                   f"paired by seed): {said}.")
     if interim := robust_interim(built):
         out.append(f"{interim[0].upper()}{interim[1:]}.")
     out.append(f"{refs.tab('robustness')} sets every condition side by side, with whether its interval excludes zero "
