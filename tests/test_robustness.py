@@ -177,7 +177,7 @@ def test_the_answer_sentence_sorts_the_conditions_by_their_verdicts(results):
     assert said.startswith(" Here, with each arm at its own tuned matrix learning rate (0.04 / 0.08 at cpu-w64-d4")
     assert "lowers final val bpb with one head (the pre-registered primary endpoint, -0.30%" in said
     assert " and at T = 256 (-0.99%" in said and "does not measurably change" not in said
-    assert "Not yet measured (fewer than two pairs): XSA's effect with two heads of 64 (width 128), at T = 1024 and " \
+    assert "Not yet measured (fewer than two pairs): XSA's effect with two heads of 64 at width 128, at T = 1024 and " \
            "on the last two layers only." in said
     # T = 256 drawn (a condition), no dependence row; no diagnostics yet: no diagonal estimate
     assert [r["label"] for r in robustness_figure_rows(built["robust"]["rows"])] == [

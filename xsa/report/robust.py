@@ -32,7 +32,7 @@ SEQ_LENS = (256, 512, 1024)  # the slope's sequence lengths: T=512 is the primar
 # it, kind). A "condition" row is XSA against the baseline under one condition; a "dependence" row is a
 # difference of two effects (does XSA's effect depend on it?).
 SECONDARY_ROWS = {
-    "cpu-w128-d4 tuned": ("tuned, 2 heads (width 128)", "with two heads of 64 (width 128)", "condition"),
+    "cpu-w128-d4 tuned": ("tuned, 2 heads (width 128)", "with two heads of 64 at width 128", "condition"),
     "heads": ("heads contrast (2 minus 1)", "the number of heads", "dependence"),
     "cpu-w64-d4 tuned T=256": ("tuned, T = 256", "at T = 256", "condition"),
     "cpu-w64-d4 tuned T=1024": ("tuned, T = 1024", "at T = 1024", "condition"),
