@@ -190,7 +190,7 @@ def test_the_answer_sentence_sorts_the_conditions_by_their_verdicts(results):
         whole(results, t256.b.run(s), 2.1 * (1 + 0.01 * (-1) ** s))
     said = robust_sentence(dict(robust=robustness(the_study(results), [], results)))
     assert "excludes the seed paper's effect" not in said and "includes the seed paper's effect)" in said
-    assert "; and it does not measurably change it at T = 256 (+0.00% [" in said
+    assert "; and it does not measurably change it (after Holm's correction) at T = 256 (+0.00% [" in said
 
 
 def test_the_logged_diagonal_is_the_last_evaluation_that_recorded_one():

@@ -113,7 +113,8 @@ def robust_sentence(built, lead: str = "With") -> str:
         by.setdefault(_decided(r), []).append(text)
     parts = [f"{verb} final val bpb {_join(by[verb])}" for verb in ("lowers", "raises") if by.get(verb)]
     if by.get("unclear"):
-        parts.append(f"does not measurably change {'it' if parts else 'final val bpb'} {_join(by['unclear'])}")
+        parts.append(f"does not measurably change {'it' if parts else 'final val bpb'} (after Holm's correction) "
+                     f"{_join(by['unclear'])}")
     text = (f" {lead} each arm at its own tuned matrix learning rate ({primary['matrix_lr']} at {primary['preset']}; "
             f"the pre-registered robust study, its secondary conditions Holm-corrected), XSA "
             f"{_join(parts, '; and it ')}.")
@@ -123,7 +124,8 @@ def robust_sentence(built, lead: str = "With") -> str:
         if moved:
             text += f" Its effect depends measurably on {_join(moved)}."
         if still:
-            text += f" {'It' if moved else 'Its effect'} does not depend measurably on {_join(still, ' or ')}."
+            text += (f" {'It' if moved else 'Its effect'} does not depend measurably (after Holm's correction) on "
+                     f"{_join(still, ' or ')}.")
     if pending:
         text += f" Not yet measured (fewer than two pairs): XSA's effect {_join(pending)}."
     return text
