@@ -301,7 +301,7 @@ def results_primary(study, built, refs: Refs) -> str:
 def robust_interim(built) -> str:
     """'' when every row of the robustness table is complete, else what is still training."""
     rows = (built.get("robust") or {}).get("rows") or []
-    open_rows = [r for r in rows if r["status"] != "complete"]
+    open_rows = [r for r in rows if r["status"].startswith(("interim", "not run"))]  # archived rows are whole
     if not open_rows:
         return ""
     return (f"{len(open_rows)} of its {len(rows)} rows are still interim or not run (the study trains on; each "
