@@ -333,12 +333,13 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
             print(f"{tag}: up to date, skipped", flush=True)
             last = ctx.record(job)
             continue
-        if stage in ("evaluate", "diagnostics") and not trained(Path(job.params["runs"][0])):
+        run_dir = Path(job.params["runs"][0]) if stage in ("evaluate", "diagnostics") else None
+        if run_dir and not trained(run_dir):
             print(f"{tag}: not trained to its horizon yet, skipped (run the train stage first)", flush=True)
             continue
-        if stage in ("evaluate", "diagnostics") and not model_path(job.params["runs"][0]).exists():
+        if run_dir and not model_path(run_dir).exists():
             # a record trained elsewhere: git holds the run's record, never its weights
-            print(f"{tag}: its weights ({model_path(job.params['runs'][0])}) are not in this checkout, skipped "
+            print(f"{tag}: its weights ({model_path(run_dir)}) are not in this checkout, skipped "
                   f"(the training log's final evaluation still records the per-layer diagnostics)", flush=True)
             continue
         last = run_job(tag, job, ctx)

@@ -215,7 +215,7 @@ def abstract(study, built) -> str:
     if diag is not None and diag["n"] >= 2 and diag["rel_ci95"].defined:
         text += (f" XSA {_verb(diag['rel_ci95'])} the attention a token pays to itself ({effect_phrase(diag)})"
                  + (", the opposite of the seed paper's mechanism." if diag["rel_ci95"].lo > 0 else "."))
-    earlier = [r for r in _robust_rows(built) if r["family"].startswith("earlier study") and r.get("n")]
+    earlier = _earlier_rows(built)
     if heads == [1] and earlier:
         way = "pointed the other way" if all(r["rel"] > 0 for r in earlier) else "was mixed"
         shown = ", ".join(pct(r["rel"]) for r in earlier)
@@ -228,6 +228,11 @@ def abstract(study, built) -> str:
             text += (f" The recipe-LR study's models have one attention head, and {said}, so its result should not "
                      f"be read beyond this regime.")
     return text
+
+
+def _earlier_rows(built) -> list[dict]:
+    """The archived earlier study's rows of the robustness table that have pairs."""
+    return [r for r in _robust_rows(built) if r["family"].startswith("earlier study") and r.get("n")]
 
 
 def _two_heads(built) -> dict | None:
@@ -550,13 +555,12 @@ def conclusion(study, built, refs: Refs) -> str:
             + ". In this study what XSA gains depends on the depth and, on one seed a point, on the learning rate, "
               "and it raises rather than lowers diagonal attention." + robust_sentence(built) + " ")
     two = _two_heads(built)
-    if heads == [1] and two is not None:
-        earlier = [r for r in _robust_rows(built) if r["family"].startswith("earlier study") and r.get("n")]
-        against = bool(earlier) and all(r["rel"] * two["rel"] < 0 for r in earlier)
-        text += (f"With two heads of 64 at tuned learning rates XSA's change is {_row_numbers(two)}"
-                 + (f"; the earlier multi-head study, of the other sign, trained at its recipe's learning rate on "
-                    f"{_span(r['tokens_per_param'] for r in earlier)} tokens per parameter (here "
-                    f"{two['tokens_per_param']:.2g}), so the two do not test the same regime. " if against else ". "))
+    if heads == [1] and two is not None:  # its effect is in robust_sentence above
+        earlier = _earlier_rows(built)
+        if earlier and all(r["rel"] * two["rel"] < 0 for r in earlier):
+            text += (f"The earlier multi-head study, of the other sign, trained at its recipe's learning rate on "
+                     f"{_span(r['tokens_per_param'] for r in earlier)} tokens per parameter (the two-head rows here "
+                     f"{two['tokens_per_param']:.2g}), so the two do not test the same regime. ")
     elif heads == [1]:
         text += ("Since these models have a single attention head and the earlier multi-head study pointed the other "
                  "way, the question the seed paper raised stays open for multi-head models at tuned learning rates"
