@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xsa.records import read_json
+from xsa.stats import normal_cdf, power, t_critical
 from xsa.spec import Arm, Run
 
 
@@ -102,7 +103,6 @@ class PrecisionRule:
                 if x is None or y is None:
                     return range(self.start, self.start + n)  # this block is still training
                 diffs.append((y - x) / x)
-            from xsa.report.stats import t_critical
             mean = sum(diffs) / n
             sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
             if t_critical(n - 1) * sd / math.sqrt(n) <= self.half_width:
@@ -115,3 +115,30 @@ class PrecisionRule:
                 f"relative difference is wider than +/-{100 * self.half_width:g}%, {self.block} more seeds, at most "
                 f"{self.most} pairs (seeds {self.start}..{self.start + self.most - 1}). The estimate is reported at "
                 f"the first {self.first} seeds and at the final count.")
+
+
+# -----------------------------------------------------------------------------
+# What a design can detect, at a per-pair SD (the pre-registrations print these)
+
+def detectable(n: int, sd: float, target: float = 0.8) -> float:
+    """The smallest true paired effect that n seeds detect (interval excludes zero) with probability target."""
+    effect = sd / 100
+    while power(n, sd, effect) < target:
+        effect *= 1.01
+    return effect
+
+
+def slope_detectable(pairs: int, sd: float, lengths=(256, 512, 1024), target: float = 0.8) -> float:
+    """The smallest slope of the effect per doubling of T that `pairs` seeds at each length detect with
+    probability target (least squares over log2 T; normal approximation, t critical at n - 2 df)."""
+    xs = [math.log2(t) for t in lengths]
+    sxx = pairs * sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
+    se = sd / math.sqrt(sxx)
+    t = t_critical(pairs * len(xs) - 2)
+    z = next(z / 100 for z in range(1, 1000) if normal_cdf(z / 100) >= target)
+    return (t + z) * se
+
+
+def half_width(n: int, sd: float) -> float:
+    """The 95% t-interval half-width of a mean of n pairs at a per-pair SD of sd."""
+    return t_critical(n - 1) * sd / math.sqrt(n)

@@ -283,6 +283,14 @@ class GPT(nn.Module):
         assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
         return groups
 
+    def learned_gates(self) -> list[list[float] | None] | None:
+        """The learned XSA strength of every layer and head (None for a layer without XSA), or None
+        for a model without the gate: the summary records it, since git keeps no weights."""
+        if not any(b.attn.xsa_gate is not None for b in self.blocks):
+            return None
+        return [None if b.attn.xsa_gate is None else [round(float(v), 6) for v in b.attn.xsa_gate.detach().cpu()]
+                for b in self.blocks]
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 from xsa.records import REPO_ROOT, atomic_write_text
+from xsa.design import detectable, half_width, slope_detectable
+from xsa.prereg_scale import scale_document
 from xsa.studies import get_study
 
 FILENAME = "preregistration.md"  # under <results>/<study>/
@@ -32,7 +34,7 @@ def observed_sd(results: Path) -> tuple[float, int]:
     """The paired SD of the relative final val-bpb difference (XSA vs baseline) at the sizing
     comparison, from the committed records, and its seed count."""
     from xsa.report.records import load_runs, per_seed
-    from xsa.report.stats import mean_ci, relative_differences
+    from xsa.stats import mean_ci, relative_differences
     study = get_study(SIZED_BY[0])
     pair = study.comparison(SIZED_BY[1])
     runs = load_runs(results, [r.run_id for r in study.runs if r.arm in pair.arms()])
@@ -41,35 +43,14 @@ def observed_sd(results: Path) -> tuple[float, int]:
     return stats["sd"], stats["n"]
 
 
-def detectable(n: int, sd: float, target: float = 0.8) -> float:
-    """The smallest true paired effect that n seeds detect (interval excludes zero) with probability target."""
-    from xsa.report.stats import power
-    effect = sd / 100
-    while power(n, sd, effect) < target:
-        effect *= 1.01
-    return effect
-
-
-def slope_detectable(pairs: int, sd: float, lengths=(256, 512, 1024), target: float = 0.8) -> float:
-    """The smallest slope of the effect per doubling of T that `pairs` seeds at each length detect with
-    probability target (least squares over log2 T; normal approximation, t critical at n - 2 df)."""
-    from xsa.report.stats import normal_cdf, t_critical
-    xs = [math.log2(t) for t in lengths]
-    sxx = pairs * sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
-    se = sd / math.sqrt(sxx)
-    t = t_critical(pairs * len(xs) - 2)
-    z = next(z / 100 for z in range(1, 1000) if normal_cdf(z / 100) >= target)
-    return (t + z) * se
-
-
 def arm_line(arm) -> str:
     over = ", ".join(f"{k}={v!r}" for k, v in arm.overrides) or "the preset's values"
     return f"`{arm.name}` ({arm.preset}; {over})"
 
 
-def document(name: str, results: Path) -> str:
+def robust_document(results: Path) -> str:
     empty = results / ".prereg-empty"  # the rules' first step: what the study declares before any record
-    study = get_study(name, empty)
+    study = get_study("robust", empty)
     sd, n_sd = observed_sd(results)
     from xsa.studies import HEADS_SEEDS, PRECISION, SECONDARY_SEEDS
     lines = [
@@ -114,7 +95,7 @@ def document(name: str, results: Path) -> str:
         f"`{SIZED_BY[1]}` ({100 * sd:.2f}% over {n_sd} seeds; the spread at tuned LRs may differ):",
         "",
         f"- primary: {PRECISION.first} pairs give a half-width of about "
-        f"{100 * _half(PRECISION.first, sd):.2f}%, {PRECISION.most} pairs {100 * _half(PRECISION.most, sd):.2f}%; "
+        f"{100 * half_width(PRECISION.first, sd):.2f}%, {PRECISION.most} pairs {100 * half_width(PRECISION.most, sd):.2f}%; "
         f"{PRECISION.first} pairs detect {100 * detectable(PRECISION.first, sd):.2f}% with 80% power;",
         f"- heads ({len(HEADS_SEEDS)} pairs): {100 * detectable(len(HEADS_SEEDS), sd):.2f}% with 80% power;",
         f"- sequence length, T = 256 and 1024 ({len(SECONDARY_SEEDS)} pairs each): "
@@ -134,9 +115,7 @@ def document(name: str, results: Path) -> str:
     return "\n".join(lines)
 
 
-def _half(n: int, sd: float) -> float:
-    from xsa.report.stats import t_critical
-    return t_critical(n - 1) * sd / math.sqrt(n)
+DOCUMENTS = {"robust": robust_document, "scale": scale_document}
 
 
 def main(argv=None) -> int:
@@ -151,7 +130,7 @@ def main(argv=None) -> int:
         p.error(f"--study {args.study!r}: not a pre-registered adaptive study (choose from {', '.join(sorted(ADAPTIVE))})")
     results = Path(args.results)
     out = Path(args.out) if args.out else results / args.study / FILENAME
-    atomic_write_text(out, document(args.study, results))
+    atomic_write_text(out, DOCUMENTS[args.study](results))
     print(f"pre-registration of {args.study}: {out}")
     return 0
 

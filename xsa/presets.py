@@ -93,6 +93,21 @@ PRESETS: dict[str, dict] = {
     # primary preset's tokens, batch, sequence and evaluation: does XSA's effect depend on heads?
     "cpu-w128-d4": _cpu(4, 128, 2, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
                         checkpoint_every=48),
+    # The scale study's training lengths (xsa/study_scale.py): cpu-w64-d4 at 128, 768 and 1,536 steps
+    # (x1/3, x2, x4 of its 384), each with the schedule at the same fractions of its run; evaluation at
+    # 4 points of the short run, every 96 steps of the long ones.
+    "cpu-w64-d4-s128": _cpu(4, 64, 1, 512, 8, 2**19, data="default-4k", eval_every=32, eval_tokens=2**17,
+                            checkpoint_every=48),
+    "cpu-w64-d4-s768": _cpu(4, 64, 1, 512, 8, 6 * 2**19, data="default-4k", eval_every=96, eval_tokens=2**17,
+                            checkpoint_every=48),
+    "cpu-w64-d4-s1536": _cpu(4, 64, 1, 512, 8, 12 * 2**19, data="default-4k", eval_every=96, eval_tokens=2**17,
+                             checkpoint_every=48),
+    # The first CPU study's shape (archived, 30bc3ae) on today's stack: 256 wide, four heads of 64, 4
+    # layers, at the primary's 384 steps and at that study's 128.
+    "cpu-w256-d4": _cpu(4, 256, 4, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
+                        checkpoint_every=48),
+    "cpu-w256-d4-s128": _cpu(4, 256, 4, 512, 8, 2**19, data="default-4k", eval_every=32, eval_tokens=2**17,
+                             checkpoint_every=48),
     # GPU presets. The horizon is the recipe's tokens:params ratio, the batch the one base_train's
     # auto rule picks for the shape (B = 2^19 (D / D_d12)^0.383, rounded to a power of 2: 2^19 at
     # d12, 2^20 at both readings of d24), evaluation as base_train (80 x 2^19 tokens every 250 steps).

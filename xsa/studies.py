@@ -6,14 +6,7 @@ A study is what `python -m xsa.pipeline --study NAME` executes. Nothing here run
 pipeline trains `study.runs`, and the report iterates `study.comparisons` and `study.claims`, so
 a new arm with its own comparison is one edit in this file.
 
-Comparisons (every difference is paired by seed: both arms of a seed see the same batches). Every
-kind has `arms()` (every arm it involves, its reference first) and `pairs()` (the (a, b) pairs whose
-b-minus-a effects it reports), so any kind may stand in `Study.main` or `Study.comparisons`:
-- Paired(a, b):            b minus a per seed, e.g. XSA minus baseline at one preset.
-- Versus(base, others):    each of `others` paired against one reference arm (ablations).
-- Sweep(base, field, ..):  a Versus over the values of one field (the alpha sweep).
-- Contrast(first, second): (second's effect) minus (first's effect) per seed, e.g. XSA's effect
-                           under AdamW minus its effect under Muon.
+The kinds these are made of (comparisons, claims, Study) are in xsa/study.py.
 
 - smoke:   the whole pipeline in a few minutes at the smoke preset (tests, CI).
 - default: the CPU-scale study. Not d12/d24.
@@ -24,96 +17,13 @@ b-minus-a effects it reports), so any kind may stand in `Study.main` or `Study.c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from pathlib import Path
 
-from xsa.config import PRESETS
 from xsa.design import LRRule, PrecisionRule
-from xsa.spec import Arm, Run
-
-
-# -----------------------------------------------------------------------------
-# Comparisons
-
-@dataclass(frozen=True)
-class Paired:
-    """b minus a, paired by seed."""
-    name: str
-    a: Arm
-    b: Arm
-    metrics: tuple[str, ...] = ("val_bpb", "core")
-
-    def arms(self) -> list[Arm]:
-        return [self.a, self.b]
-
-    def pairs(self) -> list[tuple[Arm, Arm]]:
-        return [(self.a, self.b)]
-
-
-@dataclass(frozen=True)
-class Versus:
-    """Each of `others` paired against `base`."""
-    name: str
-    base: Arm
-    others: tuple[Arm, ...]
-    metrics: tuple[str, ...] = ("val_bpb",)
-
-    def arms(self) -> list[Arm]:
-        return [self.base, *self.others]
-
-    def pairs(self) -> list[tuple[Arm, Arm]]:
-        return [(self.base, a) for a in self.others if a != self.base]
-
-
-@dataclass(frozen=True)
-class Sweep(Versus):
-    """A Versus over the values of one field; its table and figure list the reference arm too (at
-    its own value of the field, e.g. alpha 0 for the baseline of an alpha sweep)."""
-    field: str = ""
-
-    @classmethod
-    def over(cls, name: str, base: Arm, field_name: str, values, seed_arm: Arm | None = None,
-             metrics=("val_bpb",)) -> "Sweep":
-        """base.with_(field=v) for every v; `seed_arm` (default base) is the arm each is paired against."""
-        arms = tuple(base.with_(**{field_name: v}) for v in values)
-        return cls(name, seed_arm or base, arms, tuple(metrics), field_name)
-
-    def values(self) -> list:
-        return [a.get(self.field) for a in self.arms()]
-
-
-@dataclass(frozen=True)
-class Contrast:
-    """(second's effect) minus (first's effect), per seed: does the effect depend on what differs?"""
-    name: str
-    first: Paired
-    second: Paired
-    metrics: tuple[str, ...] = ("val_bpb", "core")
-
-    def arms(self) -> list[Arm]:
-        return list(dict.fromkeys([*self.first.arms(), *self.second.arms()]))
-
-    def pairs(self) -> list[tuple[Arm, Arm]]:
-        return [*self.first.pairs(), *self.second.pairs()]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One of the seed paper's claims, judged by one metric of one comparison of ours.
-
-    expect: the direction the seed paper reports ("lower" or "higher" than `threshold`).
-    metric: a run metric (val_bpb, core, chatcore, diag_mass), or "overhead" (the throughput
-    benchmark at the comparison's preset).
-    """
-    text: str
-    theirs: str
-    comparison: str
-    metric: str
-    expect: str
-    threshold: float = 0.0
-    seed_effect: float | None = None  # the seed paper's effect, in the unit judged: relative for
-    # val bpb (-0.0032 for -0.32%), absolute for CORE (see xsa/report/claims.py)
+from xsa.spec import Arm
+from xsa.study_scale import scale_study
+from xsa.study import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
+                       unique_runs, xsa_pair)                                        # are read from here too)
 
 
 # The seed paper's numbers ("Exclusive Self-Attention Beyond AdamW: Stability and Generalization
@@ -134,105 +44,16 @@ def _seed_claim(text: str, depth: str, comparison: str, metric: str, expect: str
                  seed_effect=b / a - 1 if metric == "val_bpb" else b - a)
 
 
-@dataclass(frozen=True)
-class Archived:
-    """An earlier study whose records `python -m xsa.archive --commit COMMIT` restored from git history
-    into results/archive/<commit>/ (read as plain data: its configs are of an older stack); its XSA
-    pairs as (baseline arm, XSA arm), run-folder names without the seed."""
-    commit: str
-    pairs: tuple[tuple[str, str], ...]
-
-
 # the project's first CPU study: 4 and 6 heads of 64 at widths 256 and 384, on the stack of that time
 EARLIER = Archived("30bc3ae", (("cpu-d4_base", "cpu-d4_xsa1"), ("cpu-d8_base", "cpu-d8_xsa1"),
                                ("cpu-d4_adamw_base", "cpu-d4_adamw_xsa1")))
-
-
-# -----------------------------------------------------------------------------
-# Studies
-
-@dataclass(frozen=True)
-class Study:
-    name: str
-    scale: str  # said plainly in the paper: "smoke scale", "CPU scale", "GPU scale"
-    runs: tuple[Run, ...]
-    main: tuple[Paired, ...]  # the depth pair of the main table (smaller first)
-    comparisons: tuple = ()  # Versus, Sweep and Contrast entries, reported in order
-    claims: tuple[Claim, ...] = ()
-    primary: str = ""  # the pre-registered primary comparison (final val bpb, XSA minus baseline)
-    pilot_seeds: tuple[int, ...] = ()  # the seeds whose paired SD sized the study
-    half_width_target: float | None = None  # the precision rule's target (relative CI half-width)
-    validation: dict = field(default_factory=dict)  # parameters of 00_validation
-    evaluate: dict = field(default_factory=dict)  # parameters of 02_evaluate (all runs)
-    core_arms: tuple[Arm, ...] | None = None  # arms whose runs get CORE (None: every run)
-    chat_arms: tuple[Arm, ...] = ()  # arms whose runs also get SFT + ChatCORE
-    diagnostics: dict = field(default_factory=dict)  # parameters of 03_diagnostics
-    throughput: dict = field(default_factory=dict)  # parameters of 04_throughput, per preset
-    # the pre-registration (python -m xsa.prereg): each rule as (what it decides, the rule), the
-    # secondary family and its multiplicity correction, the priorities where the budget binds
-    rules: tuple[tuple[str, str], ...] = ()
-    secondary: tuple[str, ...] = ()
-    correction: str = ""
-    priorities: str = ""
-    robustness: str = ""  # an adaptive study whose records make this paper's robustness table
-    estimate_from: int = 0  # seeds below select (an LR) and are never reused for an estimate
-    archived: tuple[Archived, ...] = ()  # earlier studies whose rows the robustness table carries
-    # the commit (and its UTC date) that added results/<study>/preregistration.md, before the first run
-    # (tests/test_robustness.py checks it against the git history where the checkout has it)
-    preregistered: tuple[str, str] = ()
-
-    def __post_init__(self):
-        # every paper has a primary comparison: a study that names none reports its first main pair
-        if not self.primary and self.main:
-            object.__setattr__(self, "primary", self.main[0].name)
-
-    def scores(self, arm: Arm) -> bool:
-        """Whether the evaluate stage scores this arm's runs (CORE, and ChatCORE for chat_arms)."""
-        arms = {a.name for a in (*(self.core_arms or ()), *self.chat_arms)}
-        return self.core_arms is None or arm.name in arms
-
-    def evaluated(self, run: Run) -> bool:
-        return self.scores(run.arm)
-
-    def presets(self) -> list[str]:
-        return sorted({r.preset for r in self.runs}, key=list(PRESETS).index)
-
-    def data_subsets(self) -> list[str]:
-        return sorted({r.config().data for r in self.runs})
-
-    def seed_effect(self, comparison: str):
-        """The seed paper's val-bpb effect (relative) that the claims set beside `comparison`, or None."""
-        return next((c.seed_effect for c in self.claims if c.comparison == comparison and c.metric == "val_bpb"),
-                    None)
-
-    def comparison(self, name: str):
-        for c in (*self.main, *self.comparisons):
-            if c.name == name:
-                return c
-        raise KeyError(f"comparison: the study {self.name!r} has no comparison {name!r}")
-
-
-def _unique(runs) -> tuple[Run, ...]:
-    """Drop repeated runs (a sweep's reference arm is also a main arm), keeping the first order."""
-    seen, out = set(), []
-    for r in runs:
-        if r.run_id not in seen:
-            seen.add(r.run_id)
-            out.append(r)
-    return tuple(out)
-
-
-def xsa_pair(preset: str, **overrides) -> Paired:
-    """Baseline against XSA (alpha 1 on every layer) at `preset`, both with `overrides`."""
-    base = Arm.of(preset, **overrides)
-    return Paired(preset, base, base.with_(xsa_alpha=1.0, xsa_layers="all"))
 
 
 def _smoke() -> Study:
     pair = xsa_pair("smoke")
     return Study(
         name="smoke", scale="smoke scale (a 2-layer toy; tests the pipeline, says nothing about XSA)",
-        runs=_unique(a.run(0) for a in pair.arms()), main=(pair,),
+        runs=unique_runs(a.run(0) for a in pair.arms()), main=(pair,),
         evaluate=dict(max_per_task=4, sft_steps=10), chat_arms=tuple(pair.arms()),
         diagnostics=dict(), throughput=dict(presets=["smoke"], steps=4),
     )
@@ -265,7 +86,7 @@ def _default() -> Study:
     runs += [a.run(s) for c in lr for s in lr_seeds[c.base.preset] for a in c.others]
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; 64-wide models, not the seed paper's d12/d24)",
-        runs=_unique(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
+        runs=unique_runs(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
         half_width_target=0.002, robustness="robust", archived=(EARLIER,),
         comparisons=(Contrast("depth", d4, d8), Contrast("optimizer", d4, adamw), Contrast("smear_backout", d4, plain),
                      sweep, *lr),
@@ -292,7 +113,7 @@ def _gpu() -> Study:
     d12, d24 = xsa_pair("d12"), xsa_pair("d24")
     return Study(
         name="gpu", scale="GPU scale (the seed paper's d12 and d24 on ClimbMix)",
-        runs=_unique(a.run(0) for p in (d12, d24) for a in p.arms()), main=(d12, d24),
+        runs=unique_runs(a.run(0) for p in (d12, d24) for a in p.arms()), main=(d12, d24),
         evaluate=dict(max_per_task=None, sft_steps=300), chat_arms=(*d12.arms(), *d24.arms()),
         throughput=dict(presets=["d12", "d24"], steps=50),
     )
@@ -370,7 +191,7 @@ def _robust(results) -> Study:
         runs += last.runs(SECONDARY_SEEDS)
     return Study(
         name="robust", scale="CPU scale (2-core CPU, fp32, compiled; 64- and 128-wide models, not d12/d24)",
-        runs=_unique(runs), main=tuple(main), comparisons=tuple(comparisons), primary="cpu-w64-d4 tuned",
+        runs=unique_runs(runs), main=tuple(main), comparisons=tuple(comparisons), primary="cpu-w64-d4 tuned",
         half_width_target=PRECISION.half_width, estimate_from=PRECISION.start, core_arms=(),
         preregistered=("8717a11", "2026-12-02 00:05"), diagnostics=dict(batch_size=8, batches=2),
         rules=(("each arm's matrix LR at cpu-w64-d4", PICK.describe()),
@@ -391,8 +212,8 @@ def _robust(results) -> Study:
     )
 
 
-STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust}
-ADAPTIVE = {"robust"}  # studies whose runs depend on the records so far (xsa/design.py)
+STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study}
+ADAPTIVE = {"robust", "scale"}  # studies whose runs depend on the records so far (xsa/design.py)
 
 
 def get_study(name: str, results=None) -> Study:

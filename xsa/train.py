@@ -353,6 +353,7 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         seed=cfg.seed, preset=cfg.preset, xsa_alpha=cfg.model.xsa_alpha, xsa_layers=cfg.model.xsa_layers,
         xsa_value=cfg.model.xsa_value, optimizer=cfg.optimizer, config_hash=cfg.config_hash(),
         final_weights_sha256=ckpt.weights_sha256(model.state_dict()),
+        learned_gates=model.learned_gates(),  # None without xsa_gate
         train_loss_final=loop.train_loss, wall_time_s=loop.wall_time_s, cpu_time_s=loop.cpu_time_s,
         world_size=world, device=device_name(device),
         # the MFU of the log: the model's FLOPs per token as it counts them, over this matmul peak

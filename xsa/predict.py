@@ -1,0 +1,181 @@
+"""
+The scale study's model and its prediction for nanochat's d12, pre-registered with the study
+(xsa/study_scale.py; python -m xsa.prereg --study scale).
+
+The unit is one pair: a seed's relative difference of final val bpb, (XSA - baseline) / baseline.
+A condition is one (width, heads, training length, sequence length) at which both arms trained at
+their tuned learning rates. The model, a meta-regression with a between-condition variance:
+
+    d_ij = b0 + bH log2(H_j) + bD log2(D_j) + bT log2(T_j / 512) + u_j + e_ij,
+    u_j ~ N(0, tau^2) (what the axes leave unexplained), e_ij ~ N(0, sigma^2) (seed noise),
+
+with H the number of heads, D tokens per scaling parameter (nanochat's unit: training tokens per
+block-matrix and lm_head parameter) and T the sequence length. Fit in two stages: sigma^2 pooled from
+the spread within conditions; tau^2 by restricted maximum likelihood on the condition means (each with
+variance tau^2 + sigma^2 / n_j), on a fixed grid; the coefficients by generalised least squares at
+that tau^2. Intervals use Student's t with k - 4 degrees of freedom (k conditions). The prediction for
+a new condition x is x'b with the 95% interval x'b +/- t sqrt(x' Cov(b) x + tau^2): an interval for
+that condition's true effect, which a run with enough pairs can land inside or outside.
+
+The prediction is conditional: no dependence on width or depth beyond what the three axes carry, the
+effect linear in the logs, and the axes extrapolated (at most 8 heads and T = 1024 are measured).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xsa.design import final_bpb
+from xsa.presets import scaling_params
+from xsa.stats import t_critical
+from xsa.studies import get_study
+from xsa.study import Paired
+from xsa.study_scale import SELECTION_SEEDS
+
+# the comparisons the model is fitted on (all-layer XSA against the baseline, each arm at its tuned LR)
+FIT_SCALE = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8")
+FIT_ROBUST = ("cpu-w64-d4 tuned T=256", "cpu-w64-d4 tuned T=1024")
+SENSITIVITY = ("width 256, 128 steps", "width 256, 384 steps")  # untuned at width 256: a second fit only
+
+T_REF = 512  # the sequence length of every CPU preset: log2(T / T_REF) is 0 there
+AXES = ("heads", "tokens per parameter", "sequence length")
+# where the model is asked to predict: nanochat's d12 as the seed paper trains it (12 heads of 64,
+# the 324e69c recipe's 10.5 tokens per scaling parameter, T = 2048), and the seed paper's d24 (16 heads)
+TARGETS = {"d12": dict(heads=12, tokens_per_param=10.5, seq_len=2048),
+           "d24": dict(heads=16, tokens_per_param=10.5, seq_len=2048)}
+# the tau^2 grid of the REML search (relative effects are about 1e-3, so tau^2 about 1e-6)
+TAU2_GRID = np.concatenate([[0.0], np.geomspace(1e-12, 1e-3, 721)])
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition: its name, its place on the three axes, and its per-pair relative differences."""
+    name: str
+    heads: int
+    tokens_per_param: float
+    seq_len: int
+    diffs: tuple[float, ...]
+
+    def x(self) -> np.ndarray:
+        return design_row(self.heads, self.tokens_per_param, self.seq_len)
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.diffs))
+
+
+def design_row(heads: int, tokens_per_param: float, seq_len: int) -> np.ndarray:
+    return np.array([1.0, math.log2(heads), math.log2(tokens_per_param), math.log2(seq_len / T_REF)])
+
+
+def condition(results: Path, pair: Paired, seeds) -> Condition:
+    """The pair's condition: its axes read from the XSA arm's config, and the relative difference of
+    every seed in `seeds` where both runs have a finished record."""
+    cfg = pair.b.config()
+    diffs = []
+    for s in sorted(seeds):
+        a, b = final_bpb(results, pair.a.run(s)), final_bpb(results, pair.b.run(s))
+        if a is not None and b is not None:
+            diffs.append((b - a) / a)
+    return Condition(pair.name, cfg.model.n_head, cfg.num_tokens / scaling_params(cfg.model),
+                     cfg.model.sequence_len, tuple(diffs))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted model: coefficients (b0, bH, bD, bT), their covariance, tau^2, sigma^2, the
+    conditions it was fitted on and its degrees of freedom."""
+    beta: np.ndarray
+    cov: np.ndarray
+    tau2: float
+    sigma2: float
+    conditions: tuple[Condition, ...]
+
+    @property
+    def df(self) -> int:
+        return len(self.conditions) - len(self.beta)
+
+    def slope(self, axis: int) -> tuple[float, float, float]:
+        """(estimate, lo, hi) of the change in relative effect per doubling of axis (1 heads, 2
+        tokens per parameter, 3 sequence length), 95% t-interval."""
+        se = math.sqrt(self.cov[axis, axis])
+        t = t_critical(self.df)
+        return float(self.beta[axis]), float(self.beta[axis] - t * se), float(self.beta[axis] + t * se)
+
+    def predict(self, heads: int, tokens_per_param: float, seq_len: int) -> tuple[float, float, float]:
+        """(prediction, lo, hi): the 95% prediction interval of a new condition's true effect."""
+        x = design_row(heads, tokens_per_param, seq_len)
+        mu = float(x @ self.beta)
+        half = t_critical(self.df) * math.sqrt(float(x @ self.cov @ x) + self.tau2)
+        return mu, mu - half, mu + half
+
+
+def _gls(means, variances, X):
+    W = 1.0 / variances
+    cov = np.linalg.inv(X.T @ (X * W[:, None]))
+    beta = cov @ (X.T @ (W * means))
+    return beta, cov
+
+
+def _reml(tau2: float, means, within, X) -> float:
+    """The restricted log-likelihood of tau^2 (constants dropped)."""
+    v = tau2 + within
+    beta, cov = _gls(means, v, X)
+    r = means - X @ beta
+    return -0.5 * (np.sum(np.log(v)) - np.linalg.slogdet(cov)[1] + np.sum(r * r / v))
+
+
+def fit(conditions) -> Fit | None:
+    """The model fitted on the conditions with at least two pairs; None while fewer than five such
+    conditions (one degree of freedom) have landed."""
+    used = tuple(c for c in conditions if c.n >= 2)
+    if len(used) < 5:
+        return None
+    X = np.stack([c.x() for c in used])
+    if np.linalg.matrix_rank(X) < X.shape[1]:
+        return None  # an axis does not vary yet
+    means = np.array([c.mean for c in used])
+    ss = sum(float(np.sum((np.array(c.diffs) - c.mean) ** 2)) for c in used)
+    sigma2 = ss / sum(c.n - 1 for c in used)
+    within = np.array([sigma2 / c.n for c in used])
+    tau2 = float(max(TAU2_GRID, key=lambda t2: _reml(t2, means, within, X)))
+    beta, cov = _gls(means, tau2 + within, X)
+    return Fit(beta, cov, tau2, sigma2, used)
+
+
+def pairs_to_test(pair_sd: float, half_width: float = 0.001, first: int = 3, most: int = 16) -> int:
+    """Paired d12 runs needed for a 95% interval of half-width <= half_width at a per-pair SD of
+    pair_sd (relative): the smallest n >= first, at most `most`."""
+    for n in range(first, most + 1):
+        if t_critical(n - 1) * pair_sd / math.sqrt(n) <= half_width:
+            return n
+    return most
+
+
+def declared_seeds(study, pair: Paired) -> set[int]:
+    """The seeds the study declares for both arms of `pair`, less the seeds that only select an LR."""
+    seeds = [{r.seed for r in study.runs if r.arm == arm} for arm in pair.arms()]
+    return (seeds[0] & seeds[1]) - SELECTION_SEEDS - set(range(study.estimate_from))
+
+
+def model_conditions(results: Path, sensitivity: bool = False) -> list[Condition]:
+    """The conditions the model is fitted on, from the records under `results` (those whose rules have
+    not declared them yet are left out); with `sensitivity`, the width-256 levels too."""
+    out = []
+    for name, names in (("scale", FIT_SCALE + (SENSITIVITY if sensitivity else ())), ("robust", FIT_ROBUST)):
+        study = get_study(name, results)
+        for n in names:
+            try:
+                pair = study.comparison(n)
+            except KeyError:
+                continue
+            out.append(condition(results, pair, declared_seeds(study, pair)))
+    return out

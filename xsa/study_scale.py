@@ -1,0 +1,142 @@
+"""
+The scale study: how XSA's effect on final val bpb moves with training length and with the number of
+heads at CPU scale, and what that predicts for nanochat's d12 (xsa/predict.py). Pre-registered with
+its analysis code before its first run (python -m xsa.prereg --study scale).
+
+- S1 training length: cpu-w64-d4 (one head of 64) at 128, 384, 768 and 1,536 steps (x1/3 to x4 of
+  the robust primary's 3 x 2^19 tokens; 1.1 to 13.7 tokens per scaling parameter, nanochat's d12
+  trains at 10.5-12). x1 is the robust study's primary, whose records it reuses.
+- S2 heads at one width: cpu-w128-d4 with 1, 2, 4 and 8 heads (head dim 128 down to 16), the same
+  tokens; H = 2 is the robust study's 128-wide pairs, whose records it reuses.
+- S3 the learnable gate (xsa_gate, one strength per layer and head, initialised at 0) against a fixed
+  alpha = 1, at cpu-w64-d4 and at width 128 with 8 heads.
+- S4 the first study's shape on today's stack: 256 wide, four heads of 64, at 128 and 384 steps.
+
+Like the robust study it is adaptive (xsa/design.py): an LR bracket per arm is trained first where a
+level needs one, and its pairs are declared once the bracket has selected; the declared order is the
+pre-registered priority (S1 x4 first, then S2, S3, S4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xsa.design import LRRule, PrecisionRule
+from xsa.spec import Arm
+from xsa.study import Contrast, Paired, Study, unique_runs, xsa_pair
+
+FAST = dict(cpu_compile=True)  # the compiled CPU path, as the robust study
+ROBUST_LR = 0.08  # both arms' selected matrix LR at cpu-w64-d4 and cpu-w128-d4 in the robust study
+ROBUST_PRIMARY_SEEDS = range(100, 120)  # its primary's seeds after its precision rule (20 pairs)
+ROBUST_HEADS_SEEDS = range(100, 108)  # its 128-wide pairs
+BRACKET = (0.04, 0.08, 0.16)
+SELECT = LRRule(BRACKET, seeds=(200, 201))  # each arm's LR where a level needs its own (x4, H = 1, H = 8)
+ESTIMATE_FROM = 210  # seeds 200-209 select; estimates start at 210 and no seed is used twice in a level
+PAIRS = range(ESTIMATE_FROM, ESTIMATE_FROM + 8)  # 8 pairs a level
+S4_PAIRS = range(ESTIMATE_FROM, ESTIMATE_FROM + 6)  # 6 pairs a level of S4
+PRECISION_X4 = PrecisionRule(first=8, block=4, most=16, half_width=0.002, start=ESTIMATE_FROM)
+LENGTHS = {"cpu-w64-d4-s128": "x1/3", "cpu-w64-d4": "x1", "cpu-w64-d4-s768": "x2", "cpu-w64-d4-s1536": "x4"}
+SELECTION_SEEDS = frozenset(SELECT.seeds)  # never in an estimate
+HEADS = (1, 2, 4, 8)
+
+
+def _lr(arm: Arm) -> float:
+    return arm.get("matrix_lr")
+
+
+def _at(pair: Paired, name: str, lr_a: float, lr_b: float | None = None) -> Paired:
+    """The pair, renamed, with its baseline at lr_a and its XSA arm at lr_b (default lr_a)."""
+    return Paired(name, pair.a.with_(matrix_lr=lr_a), pair.b.with_(matrix_lr=lr_a if lr_b is None else lr_b))
+
+
+def _heads(h: int) -> Paired:
+    """Baseline against XSA at width 128 with h heads (head dim 128 / h)."""
+    return xsa_pair("cpu-w128-d4", n_head=h, n_kv_head=h, **FAST)
+
+
+def _bracket(results: Path, pair: Paired) -> tuple[list, tuple[float, float] | None]:
+    """The bracket's runs of both arms so far, and (baseline's LR, XSA's LR) once both have selected."""
+    states = [SELECT.state(results, arm) for arm in pair.arms()]
+    runs = [r for arm in pair.arms() for r in SELECT.runs(results, arm)]
+    lrs = tuple(lr for _, lr in states)
+    return runs, (None if None in lrs else lrs)
+
+
+def gate_arm(xsa: Arm) -> Arm:
+    """The learnable gate beside a fixed-alpha XSA arm: one strength per layer and head, from 0."""
+    return xsa.with_(xsa_alpha=0.0, xsa_gate=True)
+
+
+def _pairs(pair: Paired, seeds) -> list:
+    return [x.run(s) for s in seeds for x in pair.arms()]
+
+
+def length_x4(results: Path) -> tuple[list, Paired | None]:
+    """S1's primary level: the bracket's runs and, once both arms have selected, the tuned pair's runs
+    under the precision rule; (runs, the tuned pair or None)."""
+    x4 = xsa_pair("cpu-w64-d4-s1536", **FAST)
+    runs, lrs = _bracket(results, x4)
+    if not lrs:
+        return runs, None
+    tuned = _at(x4, "length x4", *lrs)
+    return runs + _pairs(tuned, PRECISION_X4.seeds(results, *tuned.arms())), tuned
+
+
+def head_pairs(results: Path) -> tuple[list, dict]:
+    """S2: (runs, {heads: pair} decided so far). Both brackets first; then H = 1 and 8 at their own
+    selections, H = 4 at H = 8's (the nearer bracketed count), H = 2 the robust study's pairs."""
+    brackets = {h: _bracket(results, _heads(h)) for h in (1, 8)}
+    runs = [r for b, _ in brackets.values() for r in b]
+    levels = {2: _at(_heads(2), "heads 2", ROBUST_LR)}
+    if brackets[1][1]:
+        levels[1] = _at(_heads(1), "heads 1", *brackets[1][1])
+    if brackets[8][1]:
+        levels[8] = _at(_heads(8), "heads 8", *brackets[8][1])
+        levels[4] = _at(_heads(4), "heads 4", *brackets[8][1])
+    runs += _pairs(levels[2], ROBUST_HEADS_SEEDS)
+    runs += [r for h in (1, 4, 8) if h in levels for r in _pairs(levels[h], PAIRS)]
+    return runs, {h: levels[h] for h in HEADS if h in levels}
+
+
+def other_lengths(x4: Paired | None) -> tuple[list, dict]:
+    """S1's other levels: x2 at x4's selection (the nearer bracketed length), x1/3 and x1 at the robust
+    selection (x1 is the robust primary, its records reused); (runs, {level: pair})."""
+    levels = {"x1/3": _at(xsa_pair("cpu-w64-d4-s128", **FAST), "length x1/3", ROBUST_LR),
+              "x1": _at(xsa_pair("cpu-w64-d4", **FAST), "length x1", ROBUST_LR)}
+    runs = []
+    if x4 is not None:
+        levels["x2"] = _at(xsa_pair("cpu-w64-d4-s768", **FAST), "length x2", x4.a.get("matrix_lr"),
+                           x4.b.get("matrix_lr"))
+        runs += _pairs(levels["x2"], PAIRS)
+    runs += _pairs(levels["x1/3"], PAIRS) + _pairs(levels["x1"], ROBUST_PRIMARY_SEEDS)
+    if x4 is not None:
+        levels["x4"] = x4
+    return runs, levels
+
+
+def scale_study(results: Path) -> Study:
+    """The study as its records have decided it so far, its runs in the pre-registered priority order:
+    length x4 > heads > lengths x2 and x1/3 > the gate > width 256."""
+    runs, x4 = length_x4(results)
+    more, heads = head_pairs(results)
+    runs += more
+    more, lengths = other_lengths(x4)
+    runs += more
+    # S3: the gate against fixed alpha = 1, new pairs at both places
+    gates = [Paired("gate at width 64", lengths["x1"].b, gate_arm(lengths["x1"].b))]
+    if 8 in heads:
+        gates.append(Paired("gate at 8 heads", heads[8].b, gate_arm(heads[8].b)))
+    runs += [r for g in gates for r in _pairs(g, PAIRS)]
+    # S4: the first study's shape at its length and at the primary's, both arms at the robust selection
+    short = _at(xsa_pair("cpu-w256-d4-s128", **FAST), "width 256, 128 steps", ROBUST_LR)
+    long_ = _at(xsa_pair("cpu-w256-d4", **FAST), "width 256, 384 steps", ROBUST_LR)
+    runs += _pairs(short, S4_PAIRS) + _pairs(long_, S4_PAIRS)
+    pending = [*(["length x4", "length x2"] if x4 is None else []),
+               *(f"heads {h}" for h in HEADS if h not in heads), *([] if 8 in heads else ["gate at 8 heads"])]
+    return Study(
+        name="scale", scale="CPU scale (2-core CPU, fp32, compiled; 64- to 256-wide models, not d12/d24)",
+        runs=unique_runs(runs), main=tuple(lengths[k] for k in LENGTHS.values() if k in lengths),
+        comparisons=(*heads.values(), *gates, short, long_, Contrast("width 256, length", long_, short)),
+        primary="length x4", half_width_target=PRECISION_X4.half_width, core_arms=(), pending=tuple(pending),
+        diagnostics=dict(batch_size=8, batches=2),
+    )
