@@ -26,7 +26,7 @@ _NOT_OVERRIDES = {"preset", "model", "seed"}
 # short names of fields in run ids (others appear under their own name)
 ALIASES = {"matrix_lr": "mlr", "embedding_lr": "elr", "unembedding_lr": "ulr", "sequence_len": "seq",
            "num_tokens": "tok", "weight_decay": "wd", "n_head": "h", "n_kv_head": "kvh", "n_embd": "w",
-           "diag_every": "diag", "loss_chunk": "lchunk"}
+           "diag_every": "diag", "loss_chunk": "lchunk", "recipe": ""}
 # switches named by a word when on (cpu_compile: on -> "compiled")
 WORDS = {"cpu_compile": "compiled"}
 
@@ -39,8 +39,12 @@ def _flat(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _canonical(preset: str, config: TrainConfig) -> tuple[tuple[str, Any], ...]:
-    base, mine = _flat(make_config(preset, seed=config.seed)), _flat(config)
+    # against the preset at the run's own recipe: another recipe is one override (its name), not the
+    # dozens of fields it sets
+    base, mine = _flat(make_config(preset, seed=config.seed, recipe=config.recipe)), _flat(config)
     diff = {k: v for k, v in mine.items() if base.get(k) != v}
+    if config.recipe != make_config(preset).recipe:
+        diff["recipe"] = config.recipe
     if "xsa_layers" in diff:  # make_config reads layers without alpha as alpha 1: keep alpha explicit
         diff["xsa_alpha"] = mine["xsa_alpha"]
     return tuple(sorted(diff.items()))

@@ -13,6 +13,9 @@ The kinds these are made of (comparisons, claims, Study) are in xsa/study.py.
 - gpu:     the seed paper's depths d12 and d24, both arms, for a GPU server.
 - robust:  XSA at each arm's own tuned LR, with two heads, across sequence lengths and layer
            choices, on the compiled CPU path (adaptive: xsa/design.py; pre-registered, xsa/prereg.py).
+- scale:   how XSA's effect moves with training length and heads, and its prediction for d12
+           (xsa/study_scale.py; pre-registered with its model, xsa/predict.py).
+- d12-test: that prediction tested on a GPU server, d12 pairs under a precision rule.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from xsa.design import LRRule, PrecisionRule
 from xsa.spec import Arm
-from xsa.study_scale import scale_study
+from xsa.study_scale import d12_test_study, scale_study
 from xsa.study import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
                        unique_runs, xsa_pair)                                        # are read from here too)
 
@@ -212,8 +215,9 @@ def _robust(results) -> Study:
     )
 
 
-STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study}
-ADAPTIVE = {"robust", "scale"}  # studies whose runs depend on the records so far (xsa/design.py)
+STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study,
+           "d12-test": d12_test_study}
+ADAPTIVE = {"robust", "scale", "d12-test"}  # studies whose runs depend on the records so far (xsa/design.py)
 
 
 def get_study(name: str, results=None) -> Study:

@@ -140,3 +140,19 @@ def scale_study(results: Path) -> Study:
         primary="length x4", half_width_target=PRECISION_X4.half_width, core_arms=(), pending=tuple(pending),
         diagnostics=dict(batch_size=8, batches=2),
     )
+
+
+# The test of the prediction on a GPU server: d12 as the seed paper trained it (12 heads of 64, the
+# 324e69c recipe's 10.5 tokens per scaling parameter, T = 2048), 4 pairs, then 4 more at a time while
+# the interval is wider than +/-0.1%, at most 16 (results/scale/preregistration.md, "The test").
+D12_TEST = PrecisionRule(first=4, block=4, most=16, half_width=0.001, start=0)
+
+
+def d12_test_study(results: Path) -> Study:
+    pair = Paired("d12 test", *xsa_pair("d12", recipe="nanochat-324e69c").arms())
+    return Study(
+        name="d12-test", scale="GPU scale (nanochat d12 on ClimbMix, the scale study's prediction tested)",
+        runs=unique_runs(_pairs(pair, D12_TEST.seeds(results, *pair.arms()))), main=(pair,),
+        primary=pair.name, half_width_target=D12_TEST.half_width, core_arms=(),
+        throughput=dict(presets=["d12"], steps=50),
+    )
