@@ -66,8 +66,8 @@ def model_estimates(results: Path, sensitivity: bool = False) -> dict:
     if f is None:
         return {}
     tag = "sensitivity " if sensitivity else ""
-    out = dict(fit={"key": f"{tag}fit", "conditions": [c.name for c in f.conditions], "df": f.df,
-                    "tau": math.sqrt(f.tau2), "sigma": math.sqrt(f.sigma2), "beta": [float(b) for b in f.beta]})
+    out = {f"{tag}fit": {"key": f"{tag}fit", "conditions": [c.name for c in f.conditions], "df": f.df,
+                    "tau": math.sqrt(f.tau2), "sigma": math.sqrt(f.sigma2), "beta": [float(b) for b in f.beta]}}
     for axis, name in SLOPES.items():
         est, lo, hi = f.slope(axis)
         t = abs(est) / math.sqrt(f.cov[axis, axis]) if f.cov[axis, axis] > 0 else float("inf")
@@ -164,7 +164,7 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale"):
     level with its 95% interval, the model along that axis, and the d12 and d24 predictions with their
     95% prediction intervals at their own head counts."""
     from xsa.report.figures import FULL, new_figure, save_figure
-    fig, axes = new_figure(ncols=2, figsize=(FULL, 2.6), sharey=True)
+    fig, axes = new_figure(ncols=2, figsize=(FULL, 3.0), sharey=True)
     left, right = axes[0]
     fit = est.get("fit")
     _axis(left, est, [n for n in LEVELS if n.startswith("length")], lambda e: e["tokens_per_param"], fit,
@@ -178,5 +178,6 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale"):
                            fmt=marker, color="C1", ms=4.5, capsize=2.5, lw=1.1,
                            label=f"prediction, {target} ({p['tokens_per_param']:g} tok/param, T = {p['seq_len']})")
     left.set_ylabel("XSA's change in final val bpb (%)")
-    right.legend(loc="best", frameon=False)
+    handles, labels = right.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out_dir, name)
