@@ -138,6 +138,7 @@ def scale_study(results: Path) -> Study:
         runs=unique_runs(runs), main=tuple(lengths[k] for k in LENGTHS.values() if k in lengths),
         comparisons=(*heads.values(), *gates, short, long_, Contrast("width 256, length", long_, short)),
         primary="length x4", half_width_target=PRECISION_X4.half_width, core_arms=(), pending=tuple(pending),
+        preregistered=("8c19852", "2026-12-02 22:07"),
         diagnostics=dict(batch_size=8, batches=2),
     )
 
