@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from xsa.config import DATA_SUBSETS, make_config
+from xsa.config import DATA_SUBSETS
+from xsa.presets import make_config
 from xsa.data import build as build_mod
 from xsa.data import climbmix, ensure_data
 from xsa.data.__main__ import main

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.diagnostics import (METRICS, attention_entropy, attention_probs, capture_stats, diagnostics_snapshot,
                              diagonal_mass, expand_kv, main, plot_head_heatmap, plot_layer_curves, self_cosine,
                              value_cosine)

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from xsa import validation
-from xsa.config import ConfigError, GPTConfig, make_config
+from xsa.config import ConfigError, GPTConfig
+from xsa.presets import make_config
 from xsa.model import GPT, xsa_project
 
 

@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from xsa.config import ConfigError, make_config
-from xsa.spec import Arm, Run, config_from_record
+from xsa.config import ConfigError, TrainConfig
+from xsa.presets import make_config
+from xsa.spec import Arm, Run
 from xsa.studies import STUDIES, get_study
 
 from conftest import REPO
@@ -19,7 +20,7 @@ def test_every_study_run_round_trips_and_is_unique(name):
     for run in study.runs:
         cfg = run.config()
         assert Run.from_config(cfg) == run  # the inverse: the config diffed against its preset
-        assert Run.from_config(config_from_record({**cfg.to_dict(), "data_dir": "/x"})) == run  # from disk
+        assert Run.from_config(TrainConfig.from_dict({**cfg.to_dict(), "data_dir": "/x"})) == run  # from disk
         assert Run.from_dict(run.to_dict()) == run  # what the pipeline hands notebook 01
 
 

@@ -176,7 +176,7 @@ def test_training_and_benchmark_need_only_torch_numpy_tiktoken_tqdm(smoke_data, 
     code = BLOCKER + f"""
 import torch
 torch.set_num_threads(1)
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.train import train
 from xsa.throughput import run_throughput
 s = train(make_config("smoke", eval_every=1000, checkpoint_every=1000), {str(tmp_path / "r")!r},

@@ -14,7 +14,8 @@ import torch.multiprocessing as mp
 
 import xsa.model
 from xsa import checkpoint
-from xsa.config import ConfigError, make_config
+from xsa.config import ConfigError
+from xsa.presets import make_config
 from xsa.records import read_json, read_jsonl
 from xsa.train import EMA_BETA, TrainingDiverged, main, train
 

@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xsa.config import ConfigError, GPTConfig
+from xsa.loss import chunked_softcap_cross_entropy
 
 XSA_EPS = 1e-6
 SMEAR_CHANNELS = 24  # the smear gate reads the first 24 channels of the current token's embedding
@@ -339,7 +340,6 @@ class GPT(nn.Module):
         if loss_chunk and targets is not None:
             if loss_reduction != "mean":
                 raise ValueError(f"loss_chunk: the chunked loss is the mean only, not {loss_reduction!r}")
-            from xsa.loss import chunked_softcap_cross_entropy
             return chunked_softcap_cross_entropy(norm(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1),
                                                  c.logit_softcap, loss_chunk)
         logits = self.lm_head(norm(x)).float()

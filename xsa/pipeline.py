@@ -43,10 +43,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xsa.checkpoint import state_path
+from xsa.config import TrainConfig
+from xsa.data import ensure_data
 from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
+from xsa.paper import export_paper, stable_notebook
+from xsa.paper_checks import check_paper_stage
 from xsa.records import REPO_ROOT, atomic_write_text, read_json
+from xsa.runlock import busy
 from xsa.spec import Run
-from xsa.studies import Study, get_study
+from xsa.studies import ADAPTIVE, Study, get_study
 
 STAGES = ("validation", "data", "train", "evaluate", "diagnostics", "throughput", "paper")
 # parameters that name a place on disk: they differ between machines, so they are not inputs
@@ -119,9 +125,8 @@ def notebook_hash(path: Path) -> str | None:
 def recorded_config(run_dir: Path):
     """The config a run folder was trained with, read by value (fields it predates at their
     defaults), or None where the folder holds no run."""
-    from xsa.spec import config_from_record
     path = run_dir / "config.json"
-    return config_from_record(read_json(path), str(path)) if path.exists() else None
+    return TrainConfig.from_dict(read_json(path), str(path)) if path.exists() else None
 
 
 def config_changes(recorded, wanted) -> str:
@@ -237,7 +242,6 @@ def prepare_train(job: Job, ctx: Context) -> None:
     if ctx.force:
         job.params["overwrite"] = True
     elif recorded == train_config(job):  # a killed run, or one stopped early (complete: false)
-        from xsa.checkpoint import state_path
         if state_path(run_dir).exists():
             job.params["resume"] = True
         else:  # killed before its first checkpoint: nothing to keep, start it again
@@ -250,7 +254,7 @@ def prepare_train(job: Job, ctx: Context) -> None:
 def check_parameters(job: Job, notebook: Path) -> None:
     """Refuse parameters the notebook does not declare: papermill would only warn, and the notebook
     would run with its own default (an XSA run in a baseline's folder, say)."""
-    import papermill as pm
+    import papermill as pm  # lazy: start-up time (--help and --status run no notebook)
     declared = set(pm.inspect_notebook(str(notebook)))
     unknown = sorted(set(job.params) - declared)
     if unknown:
@@ -274,8 +278,8 @@ def check_outputs(job: Job) -> None:
 
 def execute(job: Job, ctx: Context) -> Path:
     """Run the job's notebook with papermill; stamp the executed copy with the job's inputs."""
-    import nbformat
-    import papermill as pm
+    import nbformat  # lazy: start-up time (--help and --status run no notebook)
+    import papermill as pm  # lazy: start-up time (--help and --status run no notebook)
 
     notebook = ctx.notebooks / NOTEBOOKS[job.stage]
     if not notebook.exists():
@@ -296,8 +300,7 @@ def execute(job: Job, ctx: Context) -> Path:
     check_outputs(job)
     nb = nbformat.read(str(record), as_version=4)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
-    from xsa.paper import stable_notebook  # no run times or absolute paths: a rerun changes nothing
-    atomic_write_text(record, stable_notebook(nb))
+    atomic_write_text(record, stable_notebook(nb))  # no run times or absolute paths: a rerun changes nothing
     return record
 
 
@@ -308,7 +311,6 @@ def run_data(ctx: Context, stages) -> None:
     if not ctx.force and all(is_done(job, ctx) for s in readers for job in jobs_for(s, ctx)):
         print("[data] every run that reads the data is up to date: not needed", flush=True)
         return
-    from xsa.data import ensure_data
     for subset in ctx.study.data_subsets():
         t0 = time.time()
         # ClimbMix is downloaded for the study's longest horizon on it (the registry corpora are whole)
@@ -361,7 +363,6 @@ def run_job(tag: str, job: Job, ctx: Context) -> Path:
 def redeclare(ctx: Context) -> bool:
     """Read an adaptive study's declared runs again from the records (xsa/design.py); False for a
     fixed study."""
-    from xsa.studies import ADAPTIVE
     if ctx.study.name not in ADAPTIVE:
         return False
     ctx.study = get_study(ctx.study.name, ctx.layout.results)
@@ -372,7 +373,6 @@ def run_adaptive_train(ctx: Context) -> Path | None:
     """Train an adaptive study in its declared order, declaring it again after every run: a run its
     rules add ahead of the rest (the precision rule's next seeds, the arms at a newly selected LR)
     trains next, as the pre-registration's priorities say, not at the end of the pass."""
-    from xsa.runlock import busy
     last, done = None, 0
     while True:
         # a run another process trains now (a shard whose share the new declaration moved) is its
@@ -409,7 +409,6 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
     ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(),
                   force, parse_shard(shard), tuple(leave_out or ()))
     if "paper" in stages:
-        from xsa.paper_checks import check_paper_stage
         check_paper_stage(ctx.study, layout.paper, ctx.leave_out)  # before any stage runs
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
@@ -421,7 +420,6 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
             paper_nb = record
     if paper_nb is None:
         return {}
-    from xsa.paper import export_paper
     out = export_paper(paper_nb, ctx.layout.paper)
     print(f"paper: {out['html']}\n       {out['md']}")
     if out["pdf"]:

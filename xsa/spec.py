@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xsa.config import ConfigError, GPTConfig, TrainConfig, make_config
+from xsa.config import ConfigError, GPTConfig, TrainConfig
+from xsa.presets import make_config
 
 # fields that never make an arm: the preset names the run's base, the seed is its own part
 _NOT_OVERRIDES = {"preset", "model", "seed"}
@@ -158,8 +159,3 @@ class Run:
     def __str__(self) -> str:
         return self.run_id
 
-
-def config_from_record(record: dict, where: str = "config.json") -> TrainConfig:
-    """A TrainConfig from a run folder's config.json, read by value (TrainConfig.from_dict: fields
-    the record predates at their defaults; data_dir ignored)."""
-    return TrainConfig.from_dict(record, where)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from pathlib import Path
 
-from xsa.config import PRESETS
+from xsa.presets import PRESETS
 from xsa.design import LRRule, PrecisionRule
 from xsa.spec import Arm, Run
 

@@ -45,6 +45,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
+import os
 import resource
 import statistics
 import sys
@@ -53,8 +55,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from xsa.common import datasheet_peak_flops, matmul_peak_flops, mfu, sync
+from xsa.common import autodetect_device, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.config import ConfigError
+from xsa.model import GPT
+from xsa.plot import new_figure, save_figure
+from xsa.presets import PRESETS
+from xsa.records import REPO_ROOT, atomic_write_json, provenance
+from xsa.spec import Arm
+from xsa.step import Schedules, Step
+from xsa.studies import xsa_pair
 
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
@@ -100,8 +111,6 @@ class Arm:
     """One run's model with its training Step (xsa/step.py), timed one update at a time."""
 
     def __init__(self, name: str, run, device: torch.device, seed: int):
-        from xsa.model import GPT
-        from xsa.step import Schedules, Step
         self.name, self.run, self.cfg, self.device = name, run, run.config(), device
         torch.manual_seed(seed)  # both arms start from the same weights
         with torch.device(device):
@@ -179,7 +188,6 @@ def arm_summary(arm: Arm, tokens_per_step: int, peak: float, sheet: float | None
 
 def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
     """The study's two arms at `preset`: the baseline (no XSA layer) and XSA (alpha 1, every layer)."""
-    from xsa.studies import xsa_pair
     pair = xsa_pair(preset, **overrides)
     return pair.a.run(seed), pair.b.run(seed)
 
@@ -187,7 +195,6 @@ def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
 def vs_runs(preset: str, vs: dict, seed: int = 0, **overrides) -> tuple:
     """Two arms that differ in `vs` only: the baseline of `preset` (with `overrides`), and the same
     run with the fields of `vs` on top (e.g. loss_chunk=512: what the chunked loss costs or saves)."""
-    from xsa.spec import Arm
     base = Arm.of(preset, **overrides)
     other = base.with_(**vs)
     if other == base:
@@ -201,10 +208,7 @@ def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: 
     """Benchmark two runs (default: `default_runs(preset)`) step by step; returns the result record
     (see module docstring), and writes it to `out` as rounds arrive (every 10 measured rounds, then
     complete), so a benchmark stopped early still leaves what it measured."""
-    from tqdm import tqdm
 
-    from xsa.common import autodetect_device, device_name
-    from xsa.records import atomic_write_json, provenance
 
     if steps < 1 or warmup < 0 or train_steps < 0:
         raise ValueError(f"steps ({steps}) must be >= 1, warmup ({warmup}) and train_steps ({train_steps}) >= 0")
@@ -296,7 +300,6 @@ def _pct(result: dict, key: str) -> str:
 
 def plot_throughput(result: dict, out_dir, name: str):
     """Step times of both arms by round (left: drift shows, pairs line up) and their loss curves (right)."""
-    from xsa.report.figures import new_figure, save_figure
     fig, axes = new_figure(ncols=2, figsize=(9, 3.2))
     ax_t, ax_l = axes[0]
     for i, arm in enumerate(ARMS):
@@ -320,8 +323,6 @@ def plot_throughput(result: dict, out_dir, name: str):
 
 
 def main(argv=None):
-    from xsa.config import PRESETS, ConfigError
-    from xsa.records import REPO_ROOT
     p = argparse.ArgumentParser(prog="python -m xsa.throughput", description=(
         "Step time, tokens/s, peak memory and MFU of the study's baseline (no XSA layer) and XSA arm "
         "(alpha=1, every layer), alternated in one process, with the XSA overhead ratio and a bootstrap "
@@ -385,7 +386,6 @@ def main(argv=None):
 def _fields(pairs: list[str], flag: str) -> dict:
     """FIELD=VALUE strings -> {field: value}, each value read as JSON where it parses (true, 512,
     0.5) and as a string otherwise (all, last:2)."""
-    import json
     out = {}
     for pair in pairs:
         name, eq, value = pair.partition("=")
@@ -400,7 +400,6 @@ def _fields(pairs: list[str], flag: str) -> dict:
 
 def _writable(folder: Path) -> bool:
     """Whether files can be created in `folder` (made if missing)."""
-    import os
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:

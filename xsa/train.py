@@ -37,16 +37,25 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from xsa import checkpoint as ckpt
 from xsa.bpb import evaluate_bpb
 from xsa.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
-from xsa.config import PRESETS, ConfigError, TrainConfig
+from xsa.config import ConfigError, TrainConfig
+from xsa.data import data_dir as default_data_dir, ensure_data
+from xsa.data.build import COMPLETE
+from xsa.data.loader import TokenLoader, val_batches
+from xsa.data.shards import MANIFEST
+from xsa.data.tokenizer import Tokenizer
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
-from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
+from xsa.presets import PRESETS
+from xsa.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json,
+    read_jsonl, sha256_file)
 from xsa.runlock import RunFolderBusy, own_run
 from xsa.runlog import finished_summary, kept_log
+from xsa.spec import Run
 from xsa.step import Step
 
 EMA_BETA = 0.9
@@ -162,8 +171,6 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
 def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
     """Check the run folder and the data on every rank before rank 0 writes anything; return
     (saved config.json or None, data folder, tokenizer)."""
-    from xsa.data import ensure_data
-    from xsa.data.tokenizer import Tokenizer
     rows = cfg.device_batch_size * cfg.model.sequence_len * world
     if cfg.total_batch_size % rows != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
@@ -172,8 +179,6 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
     if data_dir is None and saved is not None:
         data_dir = saved.get("data_dir")
     if is_ddp:  # never build under torchrun: the other ranks would wait at a barrier with a timeout
-        from xsa.data import data_dir as default_data_dir
-        from xsa.data.build import COMPLETE
         path = Path(data_dir) if data_dir else default_data_dir(cfg.data)
         if not (path / COMPLETE).exists():
             raise FileNotFoundError(f"data: {path} is not built; under torchrun build it first, in its own step: "
@@ -207,7 +212,6 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
     """evaluate(diag) -> {"val_bpb", and on rank 0 where diag "diag"}: bpb on the fixed validation
     stream (each rank takes every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
     rows (at every cfg.diag_every-th evaluation: they cost a forward pass of their own)."""
-    from xsa.data.loader import val_batches
     B, T = cfg.device_batch_size, cfg.model.sequence_len
     diag_x = None
     if rank == 0:
@@ -228,8 +232,6 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
 def data_fingerprint(data_dir: Path) -> str:
     """sha256 of the data folder's manifest, which lists the size and sha256 of every file the run
     read (tokenizer, token shards): equal fingerprints, equal data."""
-    from xsa.data.shards import MANIFEST
-    from xsa.records import sha256_file
     return sha256_file(Path(data_dir) / MANIFEST)
 
 
@@ -239,8 +241,6 @@ def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
 
 
 def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
-    from tqdm.auto import tqdm
-    from xsa.data.loader import TokenLoader
 
     # open the run: folder, data, tokenizer
     t_wall, t_cpu = time.time(), time.process_time()
@@ -376,7 +376,6 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
 # Command line
 
 def main(argv=None):
-    from xsa.spec import Run
     p = argparse.ArgumentParser(prog="python -m xsa.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True, help=f"a preset of xsa/config.py ({', '.join(PRESETS)})")

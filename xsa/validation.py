@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from xsa.config import GPTConfig
 from xsa.model import GPT, KVCache, xsa_project
+from xsa.optim import orthogonalize
 
 TINY = dict(sequence_len=32, vocab_size=97, n_layer=3, n_head=4, n_kv_head=4, n_embd=64)
 
@@ -136,7 +137,6 @@ def check_kv_cache(seed: int = 6) -> Check:
 
 def check_muon_band(seed: int = 7) -> Check:
     """(f) after Muon's orthogonalisation (5 Polar Express steps) the singular values lie near 1."""
-    from xsa.optim import orthogonalize
     G = torch.randn(64, 128, generator=torch.Generator().manual_seed(seed))
     s = torch.linalg.svdvals(orthogonalize(G, steps=5, schedule="polar_express"))
     return Check("Muon orthogonalisation: singular values in [0.855, 1.145]", (s - 1).abs().max().item(), 0.145,

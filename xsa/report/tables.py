@@ -15,7 +15,7 @@ from pathlib import Path
 from xsa.records import atomic_write_text
 from xsa.report.records import by_arm, complete, finished, metric, per_seed
 from xsa.studies import SEED_PAPER
-from xsa.report.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
+from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 
 RUN_METRICS = ("val_bpb", "core", "chatcore")
@@ -326,7 +326,8 @@ def throughput_table(tp: dict) -> list[dict]:
 
 def setup_table(study) -> list[dict]:
     """What each preset of the study trains (from the presets and the study, not from prose)."""
-    from xsa.config import PRESETS, make_config, scaling_params
+    from xsa.config import scaling_params
+    from xsa.presets import PRESETS, make_config
     rows = []
     for p in study.presets():
         c = make_config(p)
