@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import xsa.config as config
+from xsa.jobs import Context, is_done, jobs_for, recorded_config
+from xsa.layout import default_layout
 from xsa.presets import make_config
-from xsa.pipeline import Context, default_layout, is_done, jobs_for, recorded_config
 from xsa.records import REPO_ROOT, read_json
 from xsa.spec import Run
 from xsa.studies import get_study

@@ -175,6 +175,16 @@ def run_data_dir(saved_data_dir, subset: str) -> Path:
     return default_data_dir(subset)
 
 
+def checked_tokenizer(data_dir, cfg: TrainConfig, whose: str) -> Tokenizer:
+    """The tokenizer of a data folder, whose vocabulary must be the one of `cfg` (`whose` config:
+    the one check of training and of loading a trained model)."""
+    tokenizer = Tokenizer.from_data_dir(data_dir)
+    if tokenizer.vocab_size != cfg.model.vocab_size:
+        raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
+                          f"{whose} has {cfg.model.vocab_size}")
+    return tokenizer
+
+
 def load_model(run_dir, device=None):
     """(model, tokenizer, train_config) of a finished run folder, model in eval mode on `device`.
 
@@ -194,11 +204,7 @@ def load_model(run_dir, device=None):
     if TrainConfig.from_dict(ckpt.get("config") or {}, str(path)) != cfg:
         raise ConfigError(f"config: {path} does not belong to {run_dir / 'config.json'}")
 
-    data_dir = run_data_dir(saved_data_dir, cfg.data)
-    tokenizer = Tokenizer.from_data_dir(data_dir)
-    if tokenizer.vocab_size != cfg.model.vocab_size:
-        raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
-                          f"the checkpoint {path} has {cfg.model.vocab_size}")
+    tokenizer = checked_tokenizer(run_data_dir(saved_data_dir, cfg.data), cfg, f"the checkpoint {path}")
 
     device = autodetect_device(device)
     model = GPT(cfg.model)

@@ -51,8 +51,10 @@ def _number(name, value, lo=-math.inf, hi=math.inf, what=None):
 # Model
 
 XSA_VALUE_MODES = ("mixed", "plain")
-# The output transforms that can run at the XSA layers (xsa/model.py holds their functions,
-# xsa/validation.py a check of each): "xsa" removes the component along the token's own value.
+# The output transforms that can run at the XSA layers (xsa/model.py holds their functions and the
+# contract they keep: each token's output from its own value only; xsa/validation.py decodes every
+# one with the KV cache against the full forward): "xsa" removes the component along the token's
+# own value.
 XSA_VARIANTS = ("xsa",)
 _LAYER_SPEC = re.compile(r"^(all|none|last:\d+|first:\d+|\d+(,\d+)*)$")
 

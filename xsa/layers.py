@@ -13,15 +13,15 @@ from __future__ import annotations
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # records on disk, hashing, paths, statistics, the figure style, run locks, the loss and bpb
     ("foundation", ("xsa", "xsa.layers", "xsa.records", "xsa.common", "xsa.stats", "xsa.plot", "xsa.runlock",
-                    "xsa.runlog", "xsa.archive", "xsa.loss", "xsa.bpb")),
+                    "xsa.archive", "xsa.loss", "xsa.bpb")),
     # every field of a run's config, its checks and the recipes
     ("configuration", ("xsa.config",)),
     # the presets and make_config
     ("presets", ("xsa.presets",)),
     # one run: its name, its config and its output paths
     ("runs", ("xsa.spec", "xsa.layout")),
-    # the model, the optimizer, one training step, checkpoints, the data
-    ("compute", ("xsa.model", "xsa.optim", "xsa.step", "xsa.checkpoint", "xsa.data", "xsa.data.*")),
+    # the model, the optimizer, one training step, checkpoints, a run folder's checks, the data
+    ("compute", ("xsa.model", "xsa.optim", "xsa.step", "xsa.checkpoint", "xsa.runlog", "xsa.data", "xsa.data.*")),
     # the kinds of study and comparison, and the rules of an adaptive study
     ("study kinds", ("xsa.study", "xsa.design")),
     # the studies as data

@@ -80,6 +80,12 @@ def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha, eps: float = XSA_EPS) -
 
 
 # The output transforms of config.XSA_VARIANTS, by name: (y, v, alpha) -> z, shapes as xsa_project.
+# The contract: z_i depends on the token's own y_i and v_i (and alpha) only, never on another
+# position. Training runs every position at once, but KV-cache decoding (ChatCORE's generative tasks)
+# passes a layer only the new tokens, so a variant that reads other tokens (XSA against the running
+# mean of the values, say) trains as intended and decodes something else. The validation stage
+# decodes with the cache and compares with the full forward for every registered variant
+# (xsa.validation.check_kv_cache); a variant that needs other tokens must bring its own cache state.
 XSA_VARIANTS = {"xsa": xsa_project}
 
 

@@ -28,7 +28,6 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -47,14 +46,12 @@ from xsa.data import data_dir as default_data_dir, ensure_data
 from xsa.data.build import COMPLETE
 from xsa.data.loader import TokenLoader, val_batches
 from xsa.data.shards import MANIFEST
-from xsa.data.tokenizer import Tokenizer
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
 from xsa.presets import PRESETS
-from xsa.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json,
-    read_jsonl, sha256_file)
+from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, sha256_file
 from xsa.runlock import RunFolderBusy, own_run
-from xsa.runlog import finished_summary, kept_log
+from xsa.runlog import check_run_dir, finished_summary, kept_log
 from xsa.spec import Run
 from xsa.step import Step
 
@@ -64,53 +61,6 @@ DIAG_ROWS = 4  # validation rows of the attention diagnostics logged at every ev
 
 class TrainingDiverged(RuntimeError):
     """The loss or the weights became NaN/inf; training stopped, the last good checkpoint is intact."""
-
-
-# -----------------------------------------------------------------------------
-# The run folder
-
-def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    diffs = []
-    for k in sorted(set(a) | set(b)):
-        if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
-            diffs += _config_diff(a[k], b[k], f"{prefix}{k}.")
-        elif a.get(k) != b.get(k):
-            diffs.append(f"{prefix}{k} (saved {a.get(k)!r}, given {b.get(k)!r})")
-    return diffs
-
-
-def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> dict | None:
-    """Validate the run folder before anything is written; return the saved config.json on resume."""
-    cfg_path = out / "config.json"
-    if resume:
-        if not cfg_path.exists():
-            raise FileNotFoundError(f"resume: {cfg_path} not found, there is no run to resume in {out}")
-        saved = read_json(cfg_path)
-        # by value: fields the record predates read at their defaults (TrainConfig.from_dict)
-        diffs = _config_diff(TrainConfig.from_dict(saved, str(cfg_path)).to_dict(), cfg.to_dict())
-        if diffs:
-            raise ConfigError(f"resume: the config differs from {cfg_path}: " + "; ".join(diffs))
-        metrics = out / "metrics.jsonl"
-        trained = (out / "summary.json").exists() or (
-            metrics.exists() and any(r.get("step", 0) > 0 for r in read_jsonl(metrics)))
-        if trained and not ckpt.state_path(out).exists():
-            # never restart a trained run from step 0 behind the user's back
-            raise FileNotFoundError(f"resume: {ckpt.state_path(out)} is missing, so {out} cannot be resumed; "
-                                    "pass --overwrite instead of --resume to train it again from step 0")
-        return saved
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"out: {out} is a file, not a run folder")
-    if out.exists() and any(out.iterdir()):
-        if not cfg_path.exists():  # not ours, or damaged: never deleted, and no advice that loops
-            raise FileExistsError(f"out: {out} is not empty and is not a run folder (no config.json); "
-                                  "nothing was changed: choose another --out, or move the folder away")
-        if not overwrite:
-            raise FileExistsError(f"out: run folder {out} already exists; pass --overwrite to replace it "
-                                  "or --resume to continue it (nothing was changed)")
-    parent = next(p for p in (out, *out.parents) if p.exists())
-    if not os.access(parent, os.W_OK):
-        raise PermissionError(f"out: cannot write to {parent} (read-only)")
-    return None
 
 
 def _barrier(is_ddp: bool):
@@ -133,6 +83,44 @@ class Loop:
     @classmethod
     def from_dict(cls, d: dict) -> "Loop":
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+class Timers:
+    """The loop's clocks. The run's wall and CPU time (every process, added to the Loop at each
+    checkpoint and at the end); and the time of the steps since the last log line on the wall clock
+    and on `clock` (the device clock, CPU time on CPU: MFU's), each less the pauses (evaluation,
+    checkpoints) measured on the same clock, since a loaded CPU gives out CPU time slower than wall time."""
+
+    def __init__(self, device):
+        self.device = device
+        self.run_wall, self.run_cpu = time.time(), time.process_time()
+        self.start_log()
+
+    def start_log(self) -> None:
+        self.log_wall, self.log_clock = time.perf_counter(), clock(self.device)
+        self.paused_wall = self.paused_clock = 0.0
+
+    def since_log(self) -> tuple[float, float]:
+        """(wall seconds, device-clock seconds) of training since the last log line."""
+        return (time.perf_counter() - self.log_wall - self.paused_wall,
+                clock(self.device) - self.log_clock - self.paused_clock)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Time inside is not training time."""
+        wall, device_clock = time.perf_counter(), clock(self.device)
+        try:
+            yield
+        finally:
+            self.paused_wall += time.perf_counter() - wall
+            self.paused_clock += clock(self.device) - device_clock
+
+    def add_run_time(self, loop: Loop) -> None:
+        """Add the wall and CPU time since the last call to the loop's totals."""
+        now_wall, now_cpu = time.time(), time.process_time()
+        loop.wall_time_s += now_wall - self.run_wall
+        loop.cpu_time_s += now_cpu - self.run_cpu
+        self.run_wall, self.run_cpu = now_wall, now_cpu
 
 
 # -----------------------------------------------------------------------------
@@ -175,7 +163,7 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
     if cfg.total_batch_size % rows != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
                           f"* sequence_len * world_size ({cfg.device_batch_size} * {cfg.model.sequence_len} * {world})")
-    saved = _check_run_dir(out, cfg, resume, overwrite)
+    saved = check_run_dir(out, cfg, resume, overwrite)
     if data_dir is None and saved is not None:
         data_dir = saved.get("data_dir")
     if is_ddp:  # never build under torchrun: the other ranks would wait at a barrier with a timeout
@@ -190,11 +178,7 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
     if rank != 0:
         data_dir = ensure_data(cfg.data, data_dir=data_dir, verify=False)
     data_dir = Path(data_dir)
-    tokenizer = Tokenizer.from_data_dir(data_dir)
-    if tokenizer.vocab_size != cfg.model.vocab_size:
-        raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
-                          f"the config has {cfg.model.vocab_size}")
-    return saved, data_dir, tokenizer
+    return saved, data_dir, ckpt.checked_tokenizer(data_dir, cfg, "the config")
 
 
 def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) -> None:
@@ -240,29 +224,31 @@ def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
                             f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
 
 
-def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
+def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
+    """(model, its training step, the step to start from, the loop's values): the model initialised
+    on the CPU from the seed (every device starts from the same weights), or the checkpoint's state."""
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.model)
+    model.init_weights()
+    model.to(device)
+    step_fn = Step(model, cfg, device)
+    if saved is None or not ckpt.state_path(out).exists():
+        return model, step_fn, 0, Loop()
+    step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
+    print0(f"resuming {out} at step {step}")
+    return model, step_fn, step, Loop.from_dict(loop_state)
 
-    # open the run: folder, data, tokenizer
-    t_wall, t_cpu = time.time(), time.process_time()
+
+def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
+    # open the run (folder, data, tokenizer), then build the model, its step, the loader and the evaluator
+    timers = Timers(device)
     saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world)
     if saved is not None and (done := finished_summary(out, cfg)) is not None:
         print0(f"{out}: already trained to its horizon ({cfg.num_iterations} steps); nothing was changed")
         return done
     B, T = cfg.device_batch_size, cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
-
-    # build: the model (initialised on the CPU from the seed, so every device starts from the same
-    # weights), its training step, the loader and the evaluator
-    torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model)
-    model.init_weights()
-    model.to(device)
-    step_fn = Step(model, cfg, device)
-    step, loop = 0, Loop()
-    if saved is not None and ckpt.state_path(out).exists():
-        step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
-        loop = Loop.from_dict(loop_state)
-        print0(f"resuming {out} at step {step}")
+    model, step_fn, step, loop = _start_model(cfg, out, saved, device)
     redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
         _start_log(out, cfg, saved, data_dir, step)
@@ -285,8 +271,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
 
     # the loop: one update per iteration; the logged loss is the only host sync of a plain step
     pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
-    first, since_log, paused, paused_c = step, 0, 0.0, 0.0  # pauses on each clock: wall, `clock`
-    t_last, c_last = time.perf_counter(), clock(device)
+    first, since_log = step, 0
+    timers.start_log()
     while step < end:
         loss = step_fn(step, (loader.get(step, m) for m in range(grad_accum)), grad_accum)
         step, since_log = step + 1, since_log + 1
@@ -300,8 +286,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
             loop.train_loss = loss.item()
             if not math.isfinite(loop.train_loss):
                 raise _diverged(f"train loss is {loop.train_loss}", step, out)
-            dt, dc = time.perf_counter() - t_last - paused, clock(device) - c_last - paused_c
-            tokens = since_log * cfg.total_batch_size
+            (dt, dc), tokens = timers.since_log(), since_log * cfg.total_batch_size
             if step - since_log > first:  # the first update of a process includes warm-up
                 loop.train_time_s, loop.train_clock_s = loop.train_time_s + dt, loop.train_clock_s + dc
                 loop.timed_tokens += tokens
@@ -310,38 +295,33 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                           mfu=mfu(flops_per_token, tokens, dc, peak, world),
                           mfu_datasheet=mfu(flops_per_token, tokens, dc, sheet, world))
             pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
-            t_last, c_last, since_log, paused, paused_c = time.perf_counter(), clock(device), 0, 0.0, 0.0
-        # evaluation and checkpoints are not training time; on CPU `clock` is CPU time, which a loaded
-        # machine gives out slower than wall time, so each clock subtracts its own pause
-        t_pause, c_pause = time.perf_counter(), clock(device)
-        if step % cfg.eval_every == 0 or step == end:
-            record.update(evaluate(diag=(step // cfg.eval_every) % cfg.diag_every == 0 or step == end))
-            loop.val_bpb = record["val_bpb"]
-            if progress and rank == 0:
-                pbar.write(f"step {step}: val bpb {loop.val_bpb:.4f}")
-        if len(record) > 1:
-            write(record)
-        if step % cfg.checkpoint_every == 0 or step == end:
-            # never save non-finite weights over a good checkpoint (a NaN may appear between log steps)
-            if not torch.stack([p.isfinite().all() for p in model.parameters()]).all():
-                raise _diverged("non-finite weights", step, out)
-            loop.ema = ema.item()
-            t_wall, t_cpu = _add_times(loop, t_wall, t_cpu)
-            # every rank: Muon's state is gathered from the owner ranks; rank 0 writes the file
-            ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
-                                     loop_state=asdict(loop), config=cfg)
-        paused, paused_c = paused + time.perf_counter() - t_pause, paused_c + clock(device) - c_pause
+            timers.start_log()
+            since_log = 0
+        with timers.paused():  # evaluation and checkpoints are not training time
+            if step % cfg.eval_every == 0 or step == end:
+                record.update(evaluate(diag=(step // cfg.eval_every) % cfg.diag_every == 0 or step == end))
+                loop.val_bpb = record["val_bpb"]
+                if progress and rank == 0:
+                    pbar.write(f"step {step}: val bpb {loop.val_bpb:.4f}")
+            if len(record) > 1:
+                write(record)
+            if step % cfg.checkpoint_every == 0 or step == end:
+                _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg)
     pbar.close()
-    _add_times(loop, t_wall, t_cpu)
+    timers.add_run_time(loop)
     return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp)
 
 
-def _add_times(loop: Loop, t_wall: float, t_cpu: float) -> tuple[float, float]:
-    """Add the wall and CPU time since (t_wall, t_cpu) to the loop's totals; return the new marks."""
-    now_wall, now_cpu = time.time(), time.process_time()
-    loop.wall_time_s += now_wall - t_wall
-    loop.cpu_time_s += now_cpu - t_cpu
-    return now_wall, now_cpu
+def _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg) -> None:
+    """Save the training state (every rank: Muon's state is gathered from the owner ranks; rank 0
+    writes the file), never non-finite weights over a good checkpoint (a NaN may appear between log
+    steps)."""
+    if not torch.stack([p.isfinite().all() for p in model.parameters()]).all():
+        raise _diverged("non-finite weights", step, out)
+    loop.ema = ema.item()
+    timers.add_run_time(loop)
+    ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
+                             loop_state=asdict(loop), config=cfg)
 
 
 def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp) -> dict:
