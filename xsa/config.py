@@ -56,6 +56,8 @@ XSA_VALUE_MODES = ("mixed", "plain")
 # one with the KV cache against the full forward): "xsa" removes the component along the token's
 # own value.
 XSA_VARIANTS = ("xsa",)
+# the fields of the attention arm (what a run's records state beside its arm's name)
+XSA_FIELDS = ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate")
 _LAYER_SPEC = re.compile(r"^(all|none|last:\d+|first:\d+|\d+(,\d+)*)$")
 
 

@@ -44,6 +44,7 @@ from xsa.data.shards import check_files
 from xsa.plot import new_figure, save_figure
 from xsa.records import atomic_write_json, check_out, provenance, read_json
 from xsa.runlock import own_run
+from xsa.spec import arm_record
 from xsa.step import Precision
 
 METRICS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
@@ -247,8 +248,7 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
         "run": run_dir.name,
         "run_dir": str(run_dir),
         "preset": cfg.preset,
-        "xsa_alpha": cfg.model.xsa_alpha,
-        "xsa_layers": cfg.model.xsa_layers,
+        **arm_record(cfg),  # the arm in full: name, overrides, every attention field
         "batch": batch,
         "definitions": {m: METRIC_LABELS[m] for m in METRICS} | {
             "cos_v_v_pairs": "all ordered pairs i != j within a sequence (equal to the causal j < i mean)",

@@ -35,8 +35,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pre-registration", ("xsa.prereg",)),
     # the paper's export and its checks
     ("paper", ("xsa.paper", "xsa.paper_checks")),
-    # the pipeline over the stage notebooks
-    ("pipeline", ("xsa.pipeline",)),
+    # the pipeline over the stage notebooks and its jobs
+    ("pipeline", ("xsa.jobs", "xsa.pipeline")),
 )
 
 

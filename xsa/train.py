@@ -2,7 +2,13 @@
 Train one run: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on a data subset.
 
     python -m xsa.train --preset cpu-w64-d4 --alpha 1                 # -> results/runs/cpu-w64-d4_xsa1_s0
+    python -m xsa.train --preset cpu-w64-d4 --set cpu_compile=true --set matrix_lr=0.08 --alpha 1 --seed 100
+                                                 # -> results/runs/cpu-w64-d4_xsa1-compiled-mlr0.08_s100
     torchrun --nproc_per_node=8 -m xsa.train --preset d12        (DDP: nccl on CUDA, gloo on CPU)
+
+`--set FIELD=VALUE` sets any config field (xsa/config.py), so every run of a study can be trained by
+hand: the run id, and so the folder, comes from the preset, the fields set and the seed (xsa/spec.py;
+`Run.command()` prints a run's command).
 
 Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss
 of the batch of update s (computed before that update); the first logged step is 1. Step 0 carries
@@ -15,8 +21,9 @@ peak, as nanochat; None on CPU), and on eval steps val_bpb and diag (attention d
 4-row validation batch, see xsa/diagnostics.py). train_loss_ema is an EMA (beta 0.9) of every
 step's train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
 
-Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32, eager) are detected automatically
-(the precision policy of xsa/step.py). CPU runs resume bit-exactly (at the same thread count): the
+Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32; compiled with cpu_compile=true, as
+every run of the robust study trains, else eager) are detected automatically (the precision policy
+of xsa/step.py). CPU runs resume bit-exactly (at the same thread count): the
 data loader is a pure function of (seed, step, micro-batch), and checkpoints hold the model,
 optimizers, loop values and RNG states.
 """
@@ -52,7 +59,7 @@ from xsa.presets import PRESETS
 from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, sha256_file
 from xsa.runlock import RunFolderBusy, own_run
 from xsa.runlog import check_run_dir, finished_summary, kept_log
-from xsa.spec import Run
+from xsa.spec import Run, arm_record, parse_overrides
 from xsa.step import Step
 
 EMA_BETA = 0.9
@@ -330,8 +337,7 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         val_bpb=loop.val_bpb, steps=step, tokens=step * cfg.total_batch_size, num_iterations=cfg.num_iterations,
         complete=step == cfg.num_iterations,
         tok_per_s=loop.timed_tokens / loop.train_time_s if loop.train_time_s else None,
-        seed=cfg.seed, preset=cfg.preset, xsa_alpha=cfg.model.xsa_alpha, xsa_layers=cfg.model.xsa_layers,
-        xsa_value=cfg.model.xsa_value, optimizer=cfg.optimizer, config_hash=cfg.config_hash(),
+        seed=cfg.seed, preset=cfg.preset, **arm_record(cfg), optimizer=cfg.optimizer, config_hash=cfg.config_hash(),
         final_weights_sha256=ckpt.weights_sha256(model.state_dict()),
         train_loss_final=loop.train_loss, wall_time_s=loop.wall_time_s, cpu_time_s=loop.cpu_time_s,
         world_size=world, device=device_name(device),
@@ -355,10 +361,26 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
 # -----------------------------------------------------------------------------
 # Command line
 
-def main(argv=None):
+FLAGS = dict(alpha="xsa_alpha", xsa_layers="xsa_layers", xsa_value="xsa_value", optimizer="optimizer",
+             device_batch_size="device_batch_size")  # the flags that set a config field, by field
+
+
+def run_of_args(args) -> Run:
+    """The run a command line names: its preset, the fields its flags and --set give, its seed."""
+    sets = parse_overrides(args.set)
+    for name in ("preset", "seed"):
+        if name in sets:
+            raise ValueError(f"--set {name}=...: give it as --{name}")
+    flags = {field: getattr(args, flag) for flag, field in FLAGS.items() if getattr(args, flag) is not None}
+    both = sorted(set(flags) & set(sets))
+    if both:
+        raise ValueError(f"--set {both[0]}=...: also given by its own flag; give it once")
+    return Run.of(args.preset, seed=args.seed, **flags, **sets)
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m xsa.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help=f"a preset of xsa/config.py ({', '.join(PRESETS)})")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/presets.py ({', '.join(PRESETS)})")
     p.add_argument("--alpha", type=float, default=None,
                    help="XSA strength in [0, 1]; alone it applies to every layer (--alpha 0: the zero-strength "
                         "formula, a control; the baseline is --xsa-layers none, the default)")
@@ -367,6 +389,9 @@ def main(argv=None):
     p.add_argument("--xsa-value", default=None, choices=["mixed", "plain"],
                    help="project against the aggregated v (mixed, with value embedding) or c_v(x) alone (plain)")
     p.add_argument("--optimizer", default=None, choices=["muon", "adamw"], help="Muon+AdamW or AdamW alone")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any config field, e.g. cpu_compile=true, matrix_lr=0.08, xsa_gate=true (repeatable; "
+                        "the value read as JSON where it parses, else as text)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
     p.add_argument("--device-batch-size", type=int, default=None,
                    help="rows per micro-batch (default: the preset's; the total batch stays, more micro-batches "
@@ -378,11 +403,14 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None, help="built data folder (default: the cache, built if missing)")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto-detect)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv=None):
+    p = parser()
     args = p.parse_args(argv)
     try:
-        overrides = dict(xsa_alpha=args.alpha, xsa_layers=args.xsa_layers, xsa_value=args.xsa_value,
-                         optimizer=args.optimizer, device_batch_size=args.device_batch_size)
-        run = Run.of(args.preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
+        run = run_of_args(args)
         out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
                         data_dir=args.data_dir, device=args.device, progress=not args.no_progress)
