@@ -76,8 +76,9 @@ def test_readme_study_table_agrees_with_the_default_study():
 
 def test_a_new_attention_variant_touches_config_model_and_validation_only(monkeypatch, smoke_data, tmp_path):
     """A variant beside XSA: its name in config.XSA_VARIANTS, its function in model.XSA_VARIANTS and
-    a check in validation.CHECKS. Nothing else changes: the run spec names it, training runs it,
-    the pipeline's jobs and the report's loader take it."""
+    (optionally) a check in validation.CHECKS. Nothing else changes: the validation stage decodes it
+    with the KV cache, the run spec names it, training runs it, the pipeline's jobs and the report's
+    loader take it, and its records name it."""
     import torch
 
     from xsa import config, model, pipeline, validation
@@ -94,7 +95,8 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
     monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "damp"))  # 1. config
     monkeypatch.setitem(model.XSA_VARIANTS, "damp", damp)  # 2. model
     monkeypatch.setattr(validation, "CHECKS", (*validation.CHECKS, check_damp))  # 3. validation
-    assert all(c.passed for c in validation.run_checks())
+    checks = validation.run_checks()
+    assert all(c.passed for c in checks) and "KV-cache decoding equals full forward (damp)" in {c.name for c in checks}
 
     run = Run.of("smoke", xsa_alpha=0.5, xsa_variant="damp")
     assert run.run_id == "smoke_damp0.5_s0" and Run.from_config(run.config()) == run
@@ -102,6 +104,8 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
     monkeypatch.setitem(model.XSA_VARIANTS, "damp", lambda y, v, a: calls.append(a) or damp(y, v, a))
     train(run.config(), tmp_path / run.run_id, data_dir=smoke_data, max_steps=2, progress=False)
     assert calls and set(calls) == {0.5}
+    summary = read_json(tmp_path / run.run_id / "summary.json")
+    assert (summary["arm"], summary["xsa_variant"], summary["xsa_alpha"]) == ("smoke_damp0.5", "damp", 0.5)
     assert load_run(tmp_path / run.run_id)["arm"] == "smoke_damp0.5"
     layout = pipeline.Layout(tmp_path, tmp_path / "paper", "smoke")
     assert layout.run_dir(run) == tmp_path / "runs" / run.run_id

@@ -332,7 +332,7 @@ def main(argv=None):
         "Step time, tokens/s, peak memory and MFU of the study's baseline (no XSA layer) and XSA arm "
         "(alpha=1, every layer), alternated in one process, with the XSA overhead ratio and a bootstrap "
         "95%% CI. Results are written as they arrive."))
-    p.add_argument("--preset", required=True, help=f"a preset of xsa/config.py ({', '.join(PRESETS)})")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/presets.py ({', '.join(PRESETS)})")
     p.add_argument("--steps", type=int, default=20, help="measured steps per arm after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="discarded warm-up steps per arm (default 5)")
     p.add_argument("--train-steps", type=int, default=0,
