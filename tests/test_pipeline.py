@@ -266,6 +266,7 @@ def test_an_adaptive_study_trains_next_what_its_rules_add(tmp_path, monkeypatch)
     order = []
     monkeypatch.setitem(studies.STUDIES, "grow", declare)
     monkeypatch.setattr(studies, "ADAPTIVE", {*studies.ADAPTIVE, "grow"})
+    monkeypatch.setattr(pipeline, "ADAPTIVE", studies.ADAPTIVE)
     monkeypatch.setattr(pipeline, "execute", train)
     monkeypatch.setattr(pipeline, "prepare_train", lambda job, ctx: None)
     ctx = jobs.Context(studies.get_study("grow", tmp_path), Layout(tmp_path, tmp_path / "paper", "grow"),

@@ -25,7 +25,6 @@ from tqdm import tqdm
 
 from xsa.config import DATA_SUBSETS
 from xsa.data import climbmix, sources
-from xsa.data.decontam import Decontaminator
 from xsa.data.shards import ShardWriter, tokenize_split, write_manifest
 from xsa.data.tokenizer import Tokenizer
 
@@ -37,6 +36,7 @@ def __getattr__(name: str):
     """Decontaminator on first use: only a build needs it (and the eval bundle's yaml behind it),
     while training imports this module for COMPLETE."""
     if name == "Decontaminator":
+        from xsa.data.decontam import Decontaminator  # lazy: optional dependency (yaml, behind the bundle)
         return Decontaminator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
