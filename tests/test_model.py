@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from xsa import validation
+from xsa import config, validation
 from xsa.config import ConfigError, GPTConfig
 from xsa.presets import make_config
 from xsa.model import GPT, xsa_project
@@ -15,8 +15,14 @@ def test_validation_check(check):
     assert result.passed, f"{result.name}: measured {result.measured:.3g} > tolerance {result.tolerance:g}"
 
 
+@pytest.mark.parametrize("variant", config.XSA_VARIANTS)
+def test_every_registered_variant_decodes_with_the_kv_cache_as_it_trains(variant):
+    result = validation.check_kv_cache(variant=variant)
+    assert result.passed, f"{result.name}: measured {result.measured:.3g} > tolerance {result.tolerance:g}"
+
+
 def test_validation_decodes_every_registered_variant_with_the_kv_cache(monkeypatch):
-    from xsa import config, model
+    from xsa import model
 
     def damp(y, v, alpha):  # a variant of the token's own values: it keeps the contract
         return (1 - alpha) * y
@@ -31,7 +37,7 @@ def test_validation_decodes_every_registered_variant_with_the_kv_cache(monkeypat
 def test_the_kv_cache_check_catches_a_variant_that_reads_other_tokens(monkeypatch):
     """XSA against the running mean of the values trains as intended but decodes wrongly with the
     cache (a new token sees only its own value): the validation stage fails it."""
-    from xsa import config, model
+    from xsa import model
 
     def running_mean(y, v, alpha):
         mean = v.cumsum(1) / torch.arange(1, v.size(1) + 1, dtype=v.dtype).view(1, -1, 1, 1)
