@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 
 import xsa.loss
-from xsa.config import ConfigError, make_config
+from xsa.config import ConfigError, TrainConfig
+from xsa.presets import make_config
 from xsa.model import GPT
 from xsa.records import REPO_ROOT, read_json
-from xsa.spec import Run, config_from_record
+from xsa.spec import Run
 from xsa.step import Step
 
 # gradients: |chunked - default| <= RTOL * |default| + ATOL_FRAC * (largest |gradient| of the model)
@@ -118,7 +119,7 @@ def test_run_ids_and_records_with_the_new_field():
     assert chunked.config().config_hash() != make_config("cpu-w64-d4", cpu_compile=True).config_hash()
     # a committed record predates the field: it reads back at 0, the run its folder names
     folder = REPO_ROOT / "results" / "runs" / "cpu-w64-d4_base_s0"
-    cfg = config_from_record(read_json(folder / "config.json"))
+    cfg = TrainConfig.from_dict(read_json(folder / "config.json"))
     assert cfg.loss_chunk == 0 and cfg == Run.of("cpu-w64-d4").config()
 
 

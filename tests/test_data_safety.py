@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from xsa.config import DATA_SUBSETS, make_config
+from xsa.config import DATA_SUBSETS
+from xsa.presets import make_config
 from xsa.data import build as build_mod
 from xsa.data import climbmix, ensure_data
+from xsa.data import __main__ as data_main
 from xsa.data.__main__ import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -254,7 +256,7 @@ def test_cli_tokens_and_preset_size_the_build(sandbox, monkeypatch):
     def fake_build(subset, path, force=False, bundle=None, tokens=None):
         seen.append((subset, tokens))
         _fake_build_into(subset, Path(path), bundle)
-    monkeypatch.setattr(build_mod, "build", fake_build)
+    monkeypatch.setattr(data_main, "build", fake_build)  # the command's builder
     d = str(sandbox / "d")
     assert main(["build", "--subset", "climbmix", "--tokens", "4e9", "--data-dir", d]) == 0
     assert main(["build", "--preset", "d24", "--data-dir", d]) == 0
@@ -322,7 +324,7 @@ def test_cli_default_subset_is_default(sandbox, monkeypatch, capsys):
     def fake_build(subset, path, force=False, bundle=None, tokens=None):
         seen.append(subset)
         _fake_build_into(subset, Path(path), bundle)
-    monkeypatch.setattr(build_mod, "build", fake_build)
+    monkeypatch.setattr(data_main, "build", fake_build)  # the command's builder
     assert main(["build"]) == 0 and seen == ["default"]
     assert str(sandbox / "data" / "default") in capsys.readouterr().out
     for command in ("build", "verify", "card"):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.diagnostics import (METRICS, attention_entropy, attention_probs, capture_stats, diagnostics_snapshot,
                              diagonal_mass, expand_kv, main, plot_head_heatmap, plot_layer_curves, self_cosine,
                              value_cosine)
@@ -144,6 +144,10 @@ def test_cli_writes_pinned_layers_and_refuses_to_overwrite(tiny_run, capsys):
     main(["--run", str(tiny_run), "--batch-size", "2", "--device", "cpu"])
     out = json.loads((tiny_run / "diagnostics.json").read_text())
     assert out["run"] == "xsa-layer0" and out["batch"]["batch_size"] == 2 and out["batch"]["split"] == "val"
+    # the arm in full, variant and gate included
+    assert {k: out[k] for k in ("arm", "xsa_alpha", "xsa_layers", "xsa_variant", "xsa_gate")} == dict(
+        arm="smoke_xsa1-0-checkpoint_every1000-eval_every1000", xsa_alpha=1.0, xsa_layers="0",
+        xsa_variant="xsa", xsa_gate=False)
     assert len(out["layers"]) == 2
     for layer in out["layers"]:
         assert {"cos_y_v", "cos_z_v", "diag_mass", "entropy", "cos_v_v", "xsa_alpha", "heads"} <= set(layer)

@@ -318,7 +318,7 @@ def test_cli_help():
 
 def test_cli_merges_core_into_eval_json(tmp_path):
     from xsa.data import ensure_data
-    from xsa.config import make_config
+    from xsa.presets import make_config
     from xsa.evaluate.__main__ import main
     from xsa.train import train
 

@@ -8,7 +8,7 @@ import zipfile
 import pytest
 import torch
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.evaluate import chat, sft, sft_data
 from conftest import TOK
 from xsa.model import GPT

@@ -29,7 +29,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.model import GPT
 from xsa.records import read_jsonl
 from xsa.train import train

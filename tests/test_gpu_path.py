@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.model import GPT, xsa_project
 from xsa.records import read_jsonl
 from xsa.step import Precision

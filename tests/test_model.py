@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from xsa import validation
-from xsa.config import ConfigError, GPTConfig, make_config
+from xsa import config, validation
+from xsa.config import ConfigError, GPTConfig
+from xsa.presets import make_config
 from xsa.model import GPT, xsa_project
 
 
@@ -12,6 +13,42 @@ from xsa.model import GPT, xsa_project
 def test_validation_check(check):
     result = check()
     assert result.passed, f"{result.name}: measured {result.measured:.3g} > tolerance {result.tolerance:g}"
+
+
+@pytest.mark.parametrize("variant", config.XSA_VARIANTS)
+def test_every_registered_variant_decodes_with_the_kv_cache_as_it_trains(variant):
+    result = validation.check_kv_cache(variant=variant)
+    assert result.passed, f"{result.name}: measured {result.measured:.3g} > tolerance {result.tolerance:g}"
+
+
+def test_validation_decodes_every_registered_variant_with_the_kv_cache(monkeypatch):
+    from xsa import model
+
+    def damp(y, v, alpha):  # a variant of the token's own values: it keeps the contract
+        return (1 - alpha) * y
+
+    monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "damp"))
+    monkeypatch.setitem(model.XSA_VARIANTS, "damp", damp)
+    rows = {c.name: c for c in validation.run_checks()}
+    assert {f"KV-cache decoding equals full forward ({v})" for v in config.XSA_VARIANTS} <= set(rows)
+    assert all(c.passed for c in rows.values())
+
+
+def test_the_kv_cache_check_catches_a_variant_that_reads_other_tokens(monkeypatch):
+    """XSA against the running mean of the values trains as intended but decodes wrongly with the
+    cache (a new token sees only its own value): the validation stage fails it."""
+    from xsa import model
+
+    def running_mean(y, v, alpha):
+        mean = v.cumsum(1) / torch.arange(1, v.size(1) + 1, dtype=v.dtype).view(1, -1, 1, 1)
+        return xsa_project(y, mean, alpha)
+
+    monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "running_mean"))
+    monkeypatch.setitem(model.XSA_VARIANTS, "running_mean", running_mean)
+    failed = [c for c in validation.run_checks() if not c.passed]
+    assert [c.name for c in failed] == ["KV-cache decoding equals full forward (running_mean)"]
+    assert failed[0].measured > 1e-2  # not rounding: the logits differ
+    assert validation.check_kv_cache(variant="xsa").measured < 1e-5
 
 
 def test_checks_can_fail():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.model import GPT
 from xsa.optim import (POLAR_EXPRESS_COEFFS, QUINTIC_COEFFS, Muon, build_optimizers, normuon_scale,
                         orthogonalize)

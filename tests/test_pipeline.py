@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from xsa import pipeline
+from xsa import jobs, pipeline
 from xsa.paper import pdf_engine
 from xsa.records import REPO_ROOT, atomic_write_json
 from xsa.studies import get_study
@@ -21,9 +21,9 @@ TRAIN_PARAMS = "run = {}\nout_dir = None\nresume = False\noverwrite = False"
 PAPER_PARAMS = "study = 'smoke'\nresults_dir = None\nout_dir = None"
 
 
-def context(tmp_path, study="smoke", force=False) -> pipeline.Context:
+def context(tmp_path, study="smoke", force=False) -> jobs.Context:
     layout = pipeline.Layout(tmp_path, tmp_path / "paper", study)
-    return pipeline.Context(get_study(study), layout, REPO_ROOT / "notebooks", force)
+    return jobs.Context(get_study(study), layout, REPO_ROOT / "notebooks", force)
 
 
 def cli(*args, env=None):
@@ -99,37 +99,37 @@ def test_shards_split_the_runs_between_processes(tmp_path):
 def test_train_resumes_or_refuses(tmp_path):
     study = get_study("smoke")
     ctx = context(tmp_path)
-    job = pipeline.jobs_for("train", ctx)[1]
+    job = jobs.jobs_for("train", ctx)[1]
     run = study.runs[1]
     run_dir = Path(job.params["out_dir"])
-    pipeline.prepare_train(job, ctx)  # nothing there yet: a fresh run
+    jobs.prepare_train(job, ctx)  # nothing there yet: a fresh run
     assert not job.params["resume"] and not job.params["overwrite"]
     # killed before its first checkpoint: config.json only -> start again
     atomic_write_json(run_dir / "config.json", {**run.config().to_dict(), "data_dir": "x"})
-    assert not pipeline.is_done(job, ctx)
-    pipeline.prepare_train(job, ctx)
+    assert not jobs.is_done(job, ctx)
+    jobs.prepare_train(job, ctx)
     assert job.params["overwrite"] and not job.params["resume"]
     # killed after a checkpoint -> resume
-    job = pipeline.jobs_for("train", ctx)[1]
+    job = jobs.jobs_for("train", ctx)[1]
     (run_dir / "ckpt").mkdir()
     (run_dir / "ckpt" / "state.pt").write_bytes(b"")
-    pipeline.prepare_train(job, ctx)
+    jobs.prepare_train(job, ctx)
     assert job.params["resume"] and not job.params["overwrite"]
     # stopped early (--max-steps): not done, resumed
     atomic_write_json(run_dir / "summary.json", {"val_bpb": 1.0, "complete": False})
-    assert not pipeline.is_done(job, ctx)
+    assert not jobs.is_done(job, ctx)
     # finished: skipped
     atomic_write_json(run_dir / "summary.json", {"val_bpb": 1.0, "complete": True})
-    assert pipeline.is_done(job, ctx)
+    assert jobs.is_done(job, ctx)
     # a different config in the folder: refused without --force, replaced with it
     other = study.runs[0].config().to_dict()
     atomic_write_json(run_dir / "config.json", {**other, "data_dir": "x"})
-    assert not pipeline.is_done(job, ctx)
-    job = pipeline.jobs_for("train", ctx)[1]
-    with pytest.raises(pipeline.StageError, match="--force"):
-        pipeline.prepare_train(job, ctx)
+    assert not jobs.is_done(job, ctx)
+    job = jobs.jobs_for("train", ctx)[1]
+    with pytest.raises(jobs.StageError, match="--force"):
+        jobs.prepare_train(job, ctx)
     ctx.force = True
-    pipeline.prepare_train(job, ctx)
+    jobs.prepare_train(job, ctx)
     assert job.params["overwrite"] and not job.params["resume"]
 
 
@@ -165,7 +165,7 @@ STAGE_NOTEBOOKS = [REPO_ROOT / "notebooks" / n for n in pipeline.NOTEBOOKS.value
 def test_smoke_study_end_to_end(tmp_path):
     results, paper = tmp_path / "results", tmp_path / "paper"
     repo_results = sorted((REPO_ROOT / "results").rglob("*"))
-    source = pipeline.source_hash()
+    source = jobs.source_hash()
     env = {}
     bundle = REPO_ROOT.parent / "shared" / "eval_bundle"
     if bundle.exists():
@@ -185,7 +185,7 @@ def test_smoke_study_end_to_end(tmp_path):
     out = cli("--study", "smoke", "--results", str(results), "--paper", str(paper), env=env)
     assert out.returncode == 0, out.stderr
     # only the paper reruns (and the validation, if the package's code changed meanwhile: never in CI)
-    reruns = 1 + (pipeline.source_hash() != source)
+    reruns = 1 + (jobs.source_hash() != source)
     assert out.stdout.count(": running") == reruns and "[paper 1/1] smoke: running" in out.stdout, out.stdout
     assert {p.name: p.read_bytes() for p in outputs} == before
     assert sorted((REPO_ROOT / "results").rglob("*")) == repo_results, "a stage wrote into the repo's results/"
@@ -266,9 +266,10 @@ def test_an_adaptive_study_trains_next_what_its_rules_add(tmp_path, monkeypatch)
     order = []
     monkeypatch.setitem(studies.STUDIES, "grow", declare)
     monkeypatch.setattr(studies, "ADAPTIVE", {*studies.ADAPTIVE, "grow"})
+    monkeypatch.setattr(pipeline, "ADAPTIVE", studies.ADAPTIVE)
     monkeypatch.setattr(pipeline, "execute", train)
     monkeypatch.setattr(pipeline, "prepare_train", lambda job, ctx: None)
-    ctx = pipeline.Context(studies.get_study("grow", tmp_path), Layout(tmp_path, tmp_path / "paper", "grow"),
+    ctx = jobs.Context(studies.get_study("grow", tmp_path), Layout(tmp_path, tmp_path / "paper", "grow"),
                            tmp_path / "notebooks")
     pipeline.run_stage("train", ctx)
     assert order == [0, 5, 1]

@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 import torch
 
-from xsa.config import RECIPES, make_config
+from xsa.config import RECIPES
+from xsa.presets import make_config
 from xsa.model import GPT
 from xsa.step import lr_multiplier, muon_momentum, weight_decay_multiplier
 

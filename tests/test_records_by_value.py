@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 import xsa.config as config
-from xsa.pipeline import Context, default_layout, is_done, jobs_for, recorded_config
+from xsa.jobs import Context, is_done, jobs_for, recorded_config
+from xsa.layout import default_layout
+from xsa.presets import make_config
 from xsa.records import REPO_ROOT, read_json
-from xsa.spec import Run, config_from_record
+from xsa.spec import Run
 from xsa.studies import get_study
 
 RUNS = REPO_ROOT / "results" / "runs"
@@ -46,14 +48,14 @@ def new_fields(monkeypatch):
     monkeypatch.setattr(config, "ADAM_GROUPS", (*config.ADAM_GROUPS, "probe_gate"))
     _patch_everywhere(monkeypatch, "GPTConfig", GPTConfig)
     _patch_everywhere(monkeypatch, "TrainConfig", TrainConfig)
-    assert "probe_field" in config.make_config("cpu-w64-d4").to_dict()  # the patch took
+    assert "probe_field" in make_config("cpu-w64-d4").to_dict()  # the patch took
     return TrainConfig
 
 
 def test_committed_runs_read_back_as_the_run_their_folder_names():
     assert len(COMMITTED) >= 84
     for d in COMMITTED:
-        cfg = config_from_record(read_json(d / "config.json"))
+        cfg = config.TrainConfig.from_dict(read_json(d / "config.json"))
         assert Run.from_config(cfg).run_id == d.name
         assert cfg == Run.from_config(cfg).config()
 
@@ -62,17 +64,17 @@ def test_a_record_may_predate_fields_but_not_know_more():
     rec = read_json(COMMITTED[0] / "config.json")
     short = {k: v for k, v in rec.items() if k not in ("muon_eq", "gpu_path")}
     short["adam_betas"] = {k: v for k, v in rec["adam_betas"].items() if k != "smear"}
-    assert config_from_record(short) == config_from_record(rec)  # defaults and recipe values filled in
+    assert config.TrainConfig.from_dict(short) == config.TrainConfig.from_dict(rec)  # defaults and recipe values filled in
     with pytest.raises(config.ConfigError, match="not_a_field"):
-        config_from_record({**rec, "not_a_field": 1})
+        config.TrainConfig.from_dict({**rec, "not_a_field": 1})
     with pytest.raises(config.ConfigError, match="model.wings"):
-        config_from_record({**rec, "model": {**rec["model"], "wings": 2}})
+        config.TrainConfig.from_dict({**rec, "model": {**rec["model"], "wings": 2}})
 
 
 @pytest.mark.slow
 def test_a_new_defaulted_field_keeps_every_committed_record(new_fields, tmp_path):
     study = get_study("default")
-    assert config.make_config("cpu-w64-d4").config_hash() != read_json(COMMITTED[0] / "provenance.json")["config_hash"]
+    assert make_config("cpu-w64-d4").config_hash() != read_json(COMMITTED[0] / "provenance.json")["config_hash"]
     for run in study.runs:  # every run of the study, read back by value, is the run the study asks for
         assert recorded_config(RUNS / run.run_id) == run.config()
     ctx = Context(study, default_layout(), REPO_ROOT / "notebooks")

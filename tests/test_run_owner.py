@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from xsa import records
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.records import REPO_ROOT, read_json, read_jsonl
 from xsa.runlock import RunFolderBusy, lock_path, own_run
 from xsa.train import train

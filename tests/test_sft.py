@@ -7,7 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from xsa.config import ConfigError, make_config
+from xsa.config import ConfigError
+from xsa.presets import make_config
 from xsa.evaluate import sft, sft_data
 from conftest import TOK
 from xsa.model import GPT

@@ -1,11 +1,14 @@
 """The run spec (xsa/spec.py) and the studies built from it (xsa/studies.py)."""
 
 import re
+import shlex
 
 import pytest
 
-from xsa.config import ConfigError, make_config
-from xsa.spec import Arm, Run, config_from_record
+from xsa.config import ConfigError, TrainConfig
+from xsa.presets import make_config
+from xsa.records import REPO_ROOT, read_json
+from xsa.spec import Arm, Run
 from xsa.studies import STUDIES, get_study
 
 from conftest import REPO
@@ -19,7 +22,7 @@ def test_every_study_run_round_trips_and_is_unique(name):
     for run in study.runs:
         cfg = run.config()
         assert Run.from_config(cfg) == run  # the inverse: the config diffed against its preset
-        assert Run.from_config(config_from_record({**cfg.to_dict(), "data_dir": "/x"})) == run  # from disk
+        assert Run.from_config(TrainConfig.from_dict({**cfg.to_dict(), "data_dir": "/x"})) == run  # from disk
         assert Run.from_dict(run.to_dict()) == run  # what the pipeline hands notebook 01
 
 
@@ -73,8 +76,9 @@ def test_readme_study_table_agrees_with_the_default_study():
 
 def test_a_new_attention_variant_touches_config_model_and_validation_only(monkeypatch, smoke_data, tmp_path):
     """A variant beside XSA: its name in config.XSA_VARIANTS, its function in model.XSA_VARIANTS and
-    a check in validation.CHECKS. Nothing else changes: the run spec names it, training runs it,
-    the pipeline's jobs and the report's loader take it."""
+    (optionally) a check in validation.CHECKS. Nothing else changes: the validation stage decodes it
+    with the KV cache, the run spec names it, training runs it, the pipeline's jobs and the report's
+    loader take it, and its records name it."""
     import torch
 
     from xsa import config, model, pipeline, validation
@@ -91,7 +95,8 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
     monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "damp"))  # 1. config
     monkeypatch.setitem(model.XSA_VARIANTS, "damp", damp)  # 2. model
     monkeypatch.setattr(validation, "CHECKS", (*validation.CHECKS, check_damp))  # 3. validation
-    assert all(c.passed for c in validation.run_checks())
+    checks = validation.run_checks()
+    assert all(c.passed for c in checks) and "KV-cache decoding equals full forward (damp)" in {c.name for c in checks}
 
     run = Run.of("smoke", xsa_alpha=0.5, xsa_variant="damp")
     assert run.run_id == "smoke_damp0.5_s0" and Run.from_config(run.config()) == run
@@ -99,6 +104,8 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
     monkeypatch.setitem(model.XSA_VARIANTS, "damp", lambda y, v, a: calls.append(a) or damp(y, v, a))
     train(run.config(), tmp_path / run.run_id, data_dir=smoke_data, max_steps=2, progress=False)
     assert calls and set(calls) == {0.5}
+    summary = read_json(tmp_path / run.run_id / "summary.json")
+    assert (summary["arm"], summary["xsa_variant"], summary["xsa_alpha"]) == ("smoke_damp0.5", "damp", 0.5)
     assert load_run(tmp_path / run.run_id)["arm"] == "smoke_damp0.5"
     layout = pipeline.Layout(tmp_path, tmp_path / "paper", "smoke")
     assert layout.run_dir(run) == tmp_path / "runs" / run.run_id
@@ -141,3 +148,51 @@ def test_a_learnable_xsa_gate_is_a_config_field_a_parameter_and_an_adamw_group(s
     from xsa.checkpoint import load_model
     trained, _, _ = load_model(tmp_path / run.run_id)
     assert not torch.equal(trained.blocks[0].attn.xsa_gate.detach(), torch.full((2,), 0.5))  # it learns
+
+
+# --- every run trained by hand ------------------------------------------------------------------
+
+def _run_of_command(command: str):
+    from xsa import train
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "xsa.train"]
+    return train.run_of_args(train.parser().parse_args(argv[3:]))
+
+
+def test_the_readme_command_of_a_robust_run_names_its_committed_folder():
+    readme = (REPO_ROOT / "README.md").read_text()
+    command = ("python -m xsa.train --preset cpu-w64-d4 --set cpu_compile=true --set matrix_lr=0.08 "
+               "--alpha 1 --seed 100")
+    assert command in " ".join(readme.split())
+    run = _run_of_command(command)
+    assert run.run_id == "cpu-w64-d4_xsa1-compiled-mlr0.08_s100"
+    assert TrainConfig.from_dict(read_json(REPO_ROOT / "results" / "runs" / run.run_id / "config.json")) == run.config()
+
+
+@pytest.mark.parametrize("study", ["default", "robust"])
+def test_every_committed_run_of_a_study_is_trained_by_hand_into_its_folder(study):
+    """Run.command(), parsed by python -m xsa.train, names the run's committed folder and trains
+    its recorded config: every field a study sets has a command-line spelling."""
+    runs = [r for r in get_study(study).runs if (REPO_ROOT / "results" / "runs" / r.run_id / "config.json").exists()]
+    assert runs
+    for run in runs:
+        by_hand = _run_of_command(run.command())
+        assert by_hand.run_id == run.run_id
+        recorded = TrainConfig.from_dict(read_json(REPO_ROOT / "results" / "runs" / run.run_id / "config.json"))
+        assert by_hand.config() == recorded
+
+
+def test_train_refuses_a_field_given_twice_or_a_seed_by_set():
+    from xsa import train
+    for argv, message in ((["--set", "xsa_alpha=1", "--alpha", "1"], "give it once"),
+                          (["--set", "seed=3"], "--seed"), (["--set", "matrix_lr"], "FIELD=VALUE")):
+        with pytest.raises(ValueError, match=message):
+            train.run_of_args(train.parser().parse_args(["--preset", "smoke", *argv]))
+    with pytest.raises(ConfigError, match="not_a_field"):
+        train.run_of_args(train.parser().parse_args(["--preset", "smoke", "--set", "not_a_field=1"]))
+
+
+def test_train_help_names_the_compiled_cpu_path():
+    from xsa import train
+    text = train.parser().format_help()
+    assert "cpu (fp32, eager)" not in text and "cpu_compile" in text

@@ -100,6 +100,10 @@ def test_benchmark_arms_are_the_study_runs(tmp_path):
     pair = xsa_pair("smoke")
     assert r["runs"] == {"baseline": pair.a.run(0).run_id, "xsa": pair.b.run(0).run_id}
     assert r["model"]["xsa_layers"] == "none" and r["xsa_arm"]["xsa_layers"] == "all"
+    # each arm in full: its name, its overrides and every attention field (variant and gate included)
+    assert r["arm_specs"]["xsa"] == dict(arm=pair.b.name, overrides=dict(pair.b.overrides), xsa_alpha=1.0,
+                                         xsa_layers="all", xsa_value="mixed", xsa_variant="xsa", xsa_gate=False)
+    assert r["arm_specs"]["baseline"]["arm"] == pair.a.name
     assert r["provenance"]["config_hash"] == pair.a.config().config_hash()
     assert json.loads((tmp_path / "tp.json").read_text())["complete"] is True
 
@@ -176,7 +180,7 @@ def test_training_and_benchmark_need_only_torch_numpy_tiktoken_tqdm(smoke_data, 
     code = BLOCKER + f"""
 import torch
 torch.set_num_threads(1)
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.train import train
 from xsa.throughput import run_throughput
 s = train(make_config("smoke", eval_every=1000, checkpoint_every=1000), {str(tmp_path / "r")!r},

@@ -7,6 +7,3 @@ import os
 os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")
 
 __version__ = "0.1.0"
-
-# config before presets: xsa.config re-exports xsa.presets, which imports the config classes
-from xsa import config as _config  # noqa: E402,F401

@@ -25,8 +25,10 @@ from pathlib import Path
 import torch
 
 from xsa.common import autodetect_device, clock, device_name, sync
-from xsa.config import PRESETS, make_config
+from xsa.model import GPT
+from xsa.presets import PRESETS, make_config
 from xsa.records import REPO_ROOT, atomic_write_json, check_out, provenance
+from xsa.step import Step
 
 
 def load_nanochat(path) -> object:
@@ -60,8 +62,6 @@ def nanochat_step(gpt, cfg, device: torch.device):
 
 
 def project_step(cfg, device: torch.device):
-    from xsa.model import GPT
-    from xsa.step import Step
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.model)
     model.init_weights()

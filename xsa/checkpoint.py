@@ -18,9 +18,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
+from xsa.common import autodetect_device
 from xsa.config import ConfigError, TrainConfig
+from xsa.data import data_dir as default_data_dir
+from xsa.data.tokenizer import Tokenizer
 from xsa.layout import model_path  # noqa: F401 (the weights' path, where the pipeline looks too)
+from xsa.model import GPT
 from xsa.records import atomic_torch_save, read_json
 
 
@@ -96,14 +101,12 @@ def optimizer_states(optimizers) -> list[dict]:
 
 
 def _world_size() -> int:
-    import torch.distributed as dist
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def save_training_state(run_dir, *, model, optimizers, step: int, loop_state: dict, config: TrainConfig) -> Path:
     """Write RUN_DIR/ckpt/state.pt. Under torch.distributed every rank calls this (the optimizer
     state is gathered from all of them) and rank 0 writes the file, with the world size it ran on."""
-    import torch.distributed as dist
     path = state_path(run_dir)
     optimizers = optimizer_states(optimizers)
     if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
@@ -167,10 +170,19 @@ def save_model(run_dir, *, model, config: TrainConfig, step: int) -> Path:
 def run_data_dir(saved_data_dir, subset: str) -> Path:
     """The data folder a run trained on (as its config.json records it), or, where that folder is
     gone (another machine, a fresh clone), the default folder of the same subset."""
-    from xsa.data import data_dir as default_data_dir
     if saved_data_dir and (Path(saved_data_dir) / "tokenizer").exists():
         return Path(saved_data_dir)
     return default_data_dir(subset)
+
+
+def checked_tokenizer(data_dir, cfg: TrainConfig, whose: str) -> Tokenizer:
+    """The tokenizer of a data folder, whose vocabulary must be the one of `cfg` (`whose` config:
+    the one check of training and of loading a trained model)."""
+    tokenizer = Tokenizer.from_data_dir(data_dir)
+    if tokenizer.vocab_size != cfg.model.vocab_size:
+        raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
+                          f"{whose} has {cfg.model.vocab_size}")
+    return tokenizer
 
 
 def load_model(run_dir, device=None):
@@ -179,9 +191,6 @@ def load_model(run_dir, device=None):
     Reads RUN_DIR/config.json, RUN_DIR/ckpt/model.pt and the tokenizer of the data dir the run
     trained on (config.json's data_dir; if that path is gone, the default dir of the same subset).
     """
-    from xsa.common import autodetect_device
-    from xsa.data.tokenizer import Tokenizer
-    from xsa.model import GPT
 
     run_dir = Path(run_dir)
     record = read_json(run_dir / "config.json")
@@ -195,11 +204,7 @@ def load_model(run_dir, device=None):
     if TrainConfig.from_dict(ckpt.get("config") or {}, str(path)) != cfg:
         raise ConfigError(f"config: {path} does not belong to {run_dir / 'config.json'}")
 
-    data_dir = run_data_dir(saved_data_dir, cfg.data)
-    tokenizer = Tokenizer.from_data_dir(data_dir)
-    if tokenizer.vocab_size != cfg.model.vocab_size:
-        raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
-                          f"the checkpoint {path} has {cfg.model.vocab_size}")
+    tokenizer = checked_tokenizer(run_data_dir(saved_data_dir, cfg.data), cfg, f"the checkpoint {path}")
 
     device = autodetect_device(device)
     model = GPT(cfg.model)

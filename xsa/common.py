@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import time
+from pathlib import Path
 
 import torch
+
+from xsa.records import atomic_write_text
 
 
 def autodetect_device(requested: str | None = None) -> torch.device:
@@ -35,7 +40,6 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     if device.type == "cpu":
-        import platform
         return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     return device.type
 
@@ -55,7 +59,6 @@ def print0(*args, **kwargs):
 
 def cache_dir() -> "Path":
     """Root of everything downloaded or built (data, tokenizers, eval bundle): $XSA_CACHE or ~/.cache/xsa."""
-    from pathlib import Path
     return Path(os.environ.get("XSA_CACHE", Path.home() / ".cache" / "xsa")).expanduser()
 
 
@@ -105,8 +108,6 @@ def matmul_peak_flops(device: torch.device, seconds: float = 1.0, wall: bool = F
 def peak_flops(device: torch.device) -> float:
     """This device's matmul peak (`matmul_peak_flops`, per second of `clock`), measured once per
     device, thread count and torch version and cached in cache_dir()/peak_flops.json."""
-    import json
-    import platform
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     size = "" if device.type == "cuda" else f"|n={PEAK_CPU_N}"
     key = f"{device.type}|{name}|threads={torch.get_num_threads()}|torch={torch.__version__}{size}"
@@ -118,7 +119,6 @@ def peak_flops(device: torch.device) -> float:
     if key not in table:
         table[key] = matmul_peak_flops(device)[0]
         try:
-            from xsa.records import atomic_write_text
             atomic_write_text(path, json.dumps(table, indent=2, sort_keys=True) + "\n")
         except OSError:
             pass  # a read-only cache only costs a re-measurement next time

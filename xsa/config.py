@@ -1,10 +1,12 @@
 """
 Every field of a run's configuration in one place: the model config (GPTConfig), the training
-config (TrainConfig), the data subsets, and the checks that name a bad value. The recipes, presets
-and make_config, which fill these fields, are data in xsa/presets.py (re-exported here).
+config (TrainConfig), the data subsets, the nanochat recipes (RECIPES: sets of these fields' values),
+and the checks that name a bad value. The presets and make_config, which layer a recipe, a preset
+and a run's overrides into a config, are data in xsa/presets.py.
 
 The rule for every field: **a new field's default reproduces the old behaviour.** A run record
-written before a field existed reads back (xsa.spec.read_config) with the field at its default, and
+written before a field existed reads back (TrainConfig.from_dict, the one reader of recorded
+configs) with the field at its default, and
 is then the same run it was; a field whose default would change what a run computes is a new
 preset or recipe value, not a new default.
 """
@@ -49,9 +51,13 @@ def _number(name, value, lo=-math.inf, hi=math.inf, what=None):
 # Model
 
 XSA_VALUE_MODES = ("mixed", "plain")
-# The output transforms that can run at the XSA layers (xsa/model.py holds their functions,
-# xsa/validation.py a check of each): "xsa" removes the component along the token's own value.
+# The output transforms that can run at the XSA layers (xsa/model.py holds their functions and the
+# contract they keep: each token's output from its own value only; xsa/validation.py decodes every
+# one with the KV cache against the full forward): "xsa" removes the component along the token's
+# own value.
 XSA_VARIANTS = ("xsa",)
+# the fields of the attention arm (what a run's records state beside its arm's name)
+XSA_FIELDS = ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate")
 _LAYER_SPEC = re.compile(r"^(all|none|last:\d+|first:\d+|\d+(,\d+)*)$")
 
 
@@ -358,7 +364,35 @@ def dict_hash(d: dict) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
-# The recipes and presets fill the fields above (xsa/presets.py); re-exported so that a config and
-# the way to build one come from one import. xsa/__init__.py imports this module first, so the
-# circular import always resolves config -> presets.
-from xsa.presets import DEFAULT_RECIPE, PRESETS, RECIPES, make_config, scaling_params  # noqa: E402,F401
+# -----------------------------------------------------------------------------
+# Recipes: one nanochat commit each (gpt.py, optim.py, scripts/base_train.py read at that commit;
+# the README's parity table lists what matches and what differs on purpose), as the values of the
+# fields above; xsa/presets.py layers a recipe, a preset and a run's overrides into a config.
+
+RECIPES: dict[str, dict] = {
+    "nanochat-92d63d4": {"model": {}, "train": {}, "param_data_ratio": 12.0},  # the field defaults are this commit's
+    "nanochat-324e69c": {
+        "model": dict(rope_base=10_000.0, rotary_bf16=True, qk_scale=1.0, logit_softcap=20.0,
+                      ve_gate_channels=32, ve_gate_scale=2.0, smear=False, backout=False,
+                      init_wte_std=1.0, init_fc_scale=1.0, init_resid_lambdas=(1.0, 1.0),
+                      init_x0_lambdas=(0.1, 0.1), init_gate_max=0.0),
+        "train": dict(warmup_steps=0, warmdown_ratio=0.5, final_lr_frac=0.0,
+                      embedding_lr=0.3, unembedding_lr=0.004, matrix_lr=0.02, scalar_lr=0.5, value_embed_lr_scale=1.0,
+                      adam_betas={g: ((0.96, 0.95) if g == "x0_lambdas" else (0.8, 0.95)) for g in ADAM_GROUPS},
+                      adam_weight_decay={g: 0.0 for g in ADAM_GROUPS},
+                      weight_decay=0.2, weight_decay_schedule="linear", weight_decay_scaling=True,
+                      muon_momentum=0.95, muon_momentum_warmup_steps=300, muon_momentum_final=None,
+                      normuon_beta2=0.95, muon_eq=False, muon_plus=False, ns_scale=1.02),
+        "param_data_ratio": 10.5,
+    },
+}
+DEFAULT_RECIPE = "nanochat-92d63d4"
+
+
+def scaling_params(model: GPTConfig) -> int:
+    """nanochat's scaling parameters: the block matrices plus the lm_head (base_train's
+    get_scaling_params), counted from the shapes."""
+    d, hd, kv = model.n_embd, model.head_dim, model.n_kv_head
+    per_layer = d * (model.n_head * hd) + 2 * d * (kv * hd) + d * d + 8 * d * d  # q, k, v, proj, mlp
+    n_ve = sum(1 for i in range(model.n_layer) if i % 2 == (model.n_layer - 1) % 2)
+    return model.n_layer * per_layer + n_ve * model.ve_gate_channels * kv + d * model.vocab_size

@@ -33,8 +33,19 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from xsa.checkpoint import load_model, run_data_dir
+from xsa.common import autodetect_device, device_name
+from xsa.data.loader import val_batches
+from xsa.data.shards import check_files
+from xsa.plot import new_figure, save_figure
+from xsa.records import atomic_write_json, check_out, provenance, read_json
+from xsa.runlock import own_run
+from xsa.spec import arm_record
+from xsa.step import Precision
 
 METRICS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
 METRIC_LABELS = {
@@ -194,14 +205,10 @@ def diagnostics_snapshot(model, x: torch.Tensor) -> dict:
 def validation_rows(run_dir: Path, train_config, batch_size: int, batches: int, device) -> tuple[list, dict]:
     """The first `batches` batches of the run's deterministic validation stream (the same rows for
     every run of a data subset), and a description of them."""
-    from xsa.checkpoint import run_data_dir
-    from xsa.data.loader import val_batches
-    from xsa.records import read_json
     data_dir = run_data_dir(read_json(Path(run_dir) / "config.json").get("data_dir"), train_config.data)
     if not (Path(data_dir) / "shards").is_dir():
         raise FileNotFoundError(f"{data_dir}: no validation shards (build them with "
                                 f"`python -m xsa.data build --subset {train_config.data}`)")
-    from xsa.data.shards import check_files
     check_files(Path(data_dir), full=True, prefix="shards/val_")  # a damaged shard would give other rows
     T = train_config.model.sequence_len
     xs = [x for x, _ in val_batches(Path(data_dir), batch_size=batch_size, seq_len=T,
@@ -227,10 +234,6 @@ def check_rows(batch_size, batches) -> None:
 def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str | None = None) -> dict:
     """Per layer and head, every metric averaged over batch_size x batches validation rows (one
     forward per batch, in the precision policy of training)."""
-    from xsa.checkpoint import load_model
-    from xsa.common import autodetect_device, device_name
-    from xsa.records import provenance
-    from xsa.step import Precision
     check_rows(batch_size, batches)
     t0, c0 = time.time(), time.process_time()
     run_dir = Path(run_dir)
@@ -245,8 +248,7 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
         "run": run_dir.name,
         "run_dir": str(run_dir),
         "preset": cfg.preset,
-        "xsa_alpha": cfg.model.xsa_alpha,
-        "xsa_layers": cfg.model.xsa_layers,
+        **arm_record(cfg),  # the arm in full: name, overrides, every attention field
         "batch": batch,
         "definitions": {m: METRIC_LABELS[m] for m in METRICS} | {
             "cos_v_v_pairs": "all ordered pairs i != j within a sequence (equal to the causal j < i mean)",
@@ -260,12 +262,10 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
 
 def write_diagnostics(run_dir, out=None, batch_size: int = 8, batches: int = 1, device: str | None = None) -> dict:
     """run_diagnostics, written to `out` (default RUN_DIR/diagnostics.json); returns the record."""
-    from xsa.records import atomic_write_json
     check_rows(batch_size, batches)
     out = Path(out) if out else Path(run_dir) / "diagnostics.json"
     if out.is_dir():
         raise ValueError(f"out: {out} is a folder, not a JSON file")
-    from xsa.runlock import own_run
     with own_run(run_dir, "diagnostics", shared=True):  # never beside a training of the folder
         result = run_diagnostics(run_dir, batch_size=batch_size, batches=batches, device=device)
         atomic_write_json(out, result)
@@ -278,7 +278,6 @@ def write_diagnostics(run_dir, out=None, batch_size: int = 8, batches: int = 1, 
 
 def plot_layer_curves(records: dict[str, dict], out_dir, name: str, metrics=METRICS):
     """One panel per metric, x = layer, one line per arm (head-averaged)."""
-    from xsa.report.figures import new_figure, save_figure
     fig, axes = new_figure(ncols=len(metrics), figsize=(3.2 * len(metrics), 3.0))
     for ax, m in zip(axes[0], metrics):
         for label, diag in records.items():
@@ -292,9 +291,7 @@ def plot_layer_curves(records: dict[str, dict], out_dir, name: str, metrics=METR
 
 def plot_head_heatmap(diag: dict, out_dir, name: str, metrics=("cos_y_v", "cos_z_v", "diag_mass", "entropy")):
     """Layer x head heatmaps of one run, one panel per metric."""
-    import numpy as np
-    import seaborn as sns
-    from xsa.report.figures import new_figure, save_figure
+    import seaborn as sns  # lazy: optional dependency
     fig, axes = new_figure(ncols=len(metrics), figsize=(3.6 * len(metrics), 0.35 * len(diag["layers"]) + 1.6))
     grids = {m: np.array([l["heads"][m] for l in diag["layers"]]) for m in metrics}
     # the cosines share one diverging scale centred on 0, so XSA's zeros read as zero, not as noise
@@ -334,7 +331,6 @@ def main(argv=None):
         p.error(f"--batch-size must be positive, got {args.batch_size}")
     if args.batches < 1:
         p.error(f"--batches must be positive, got {args.batches}")
-    from xsa.records import check_out
     try:  # a folder or an unwritable place first: --overwrite never replaces a folder
         out = check_out(Path(args.out) if args.out else run_dir / "diagnostics.json")
     except ValueError as e:

@@ -94,7 +94,7 @@ class Timer:
 
 
 def _config(preset: str, batch: int, seq: int | None, gpu: bool, xsa: bool):
-    from xsa.config import make_config
+    from xsa.presets import make_config
     extra = {} if seq is None else {"sequence_len": seq}
     kw = dict(device_batch_size=batch, gpu_path=gpu, **extra)
     cfg = make_config(preset, **kw)

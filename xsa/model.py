@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xsa.config import ConfigError, GPTConfig
+from xsa.loss import chunked_softcap_cross_entropy
 
 XSA_EPS = 1e-6
 SMEAR_CHANNELS = 24  # the smear gate reads the first 24 channels of the current token's embedding
@@ -79,6 +80,12 @@ def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha, eps: float = XSA_EPS) -
 
 
 # The output transforms of config.XSA_VARIANTS, by name: (y, v, alpha) -> z, shapes as xsa_project.
+# The contract: z_i depends on the token's own y_i and v_i (and alpha) only, never on another
+# position. Training runs every position at once, but KV-cache decoding (ChatCORE's generative tasks)
+# passes a layer only the new tokens, so a variant that reads other tokens (XSA against the running
+# mean of the values, say) trains as intended and decodes something else. The validation stage
+# decodes with the cache and compares with the full forward for every registered variant
+# (xsa.validation.check_kv_cache); a variant that needs other tokens must bring its own cache state.
 XSA_VARIANTS = {"xsa": xsa_project}
 
 
@@ -347,7 +354,6 @@ class GPT(nn.Module):
         if loss_chunk and targets is not None:
             if loss_reduction != "mean":
                 raise ValueError(f"loss_chunk: the chunked loss is the mean only, not {loss_reduction!r}")
-            from xsa.loss import chunked_softcap_cross_entropy
             return chunked_softcap_cross_entropy(norm(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1),
                                                  c.logit_softcap, loss_chunk)
         logits = self.lm_head(norm(x)).float()

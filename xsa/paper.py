@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+from html import unescape
 from pathlib import Path
 
 from xsa.records import REPO_ROOT, atomic_write_bytes, atomic_write_text
@@ -36,9 +37,8 @@ _INLINE = re.compile(r"(?<![\\$\w])\$(?!\s)([^$\n]+?)(?<!\s)\$(?![\w$])")
 def to_mathml(text: str) -> str:
     """Every TeX formula of a text as MathML; the TeX may be HTML-escaped (as nbconvert leaves it
     for MathJax), so it is unescaped before conversion."""
-    from html import unescape
 
-    from latex2mathml.converter import convert
+    from latex2mathml.converter import convert  # lazy: optional dependency
     text = _DISPLAY.sub(lambda m: convert(unescape(m.group(1)).strip(), display="block"), text)
     return _INLINE.sub(lambda m: convert(unescape(m.group(1))), text)
 
@@ -57,7 +57,7 @@ def stable_notebook(nb, root: Path = REPO_ROOT) -> str:
     """An executed notebook as text that depends on its inputs and outputs only: no execution
     timestamps or durations, the injected-parameters cell with a fixed id (papermill draws one at
     random), and paths under `root` written relative to it."""
-    import nbformat
+    import nbformat  # lazy: start-up time
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         for key in _VOLATILE_PAPERMILL:
@@ -127,8 +127,8 @@ def pdf_engine() -> str | None:
 def export_paper(executed: Path, paper_dir: Path) -> dict:
     """paper.html (self-contained: figures embedded, math as MathML), paper.md (figures in
     paper_files/, math as TeX), and paper.pdf where an engine exists."""
-    import nbformat
-    from nbconvert import HTMLExporter, MarkdownExporter
+    import nbformat  # lazy: start-up time
+    from nbconvert import HTMLExporter, MarkdownExporter  # lazy: start-up time
 
     nb = nbformat.read(str(executed), as_version=4)
     paper_dir.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ def export_paper(executed: Path, paper_dir: Path) -> dict:
             atomic_write_bytes(pdf, date_pdf(renumber_nodes(pdf.read_bytes()), source_date(_results_dir(nb))))
         out.update(pdf=pdf if ok else None, pdf_engine="chromium (headless print)" if ok else None)
     elif engine == "xelatex":
-        from nbconvert import PDFExporter
+        from nbconvert import PDFExporter  # lazy: start-up time
         data, _ = PDFExporter(**opts).from_notebook_node(nb)
         atomic_write_bytes(paper_dir / "paper.pdf", data)
         out.update(pdf=paper_dir / "paper.pdf", pdf_engine="pandoc + xelatex")

@@ -8,10 +8,10 @@ The paper pipeline: run a study's stage notebooks in order through papermill, th
 
 Stages, in order (the list is data: STAGES): validation, data, train (one notebook per run),
 evaluate and diagnostics (one per run), throughput (one per preset), paper. Each executed notebook
-is kept as the record of its stage under <results>/executed/<study>/. A job is skipped when its
-outputs exist for the same inputs: training compares the config hash in the run record, the other
-stages a hash of their parameters and upstream record stored in the executed notebook. `--force`
-reruns. A half-finished training run resumes from its checkpoint. A failing stage keeps its
+is kept as the record of its stage under <results>/executed/<study>/. A job (xsa/jobs.py) is skipped
+when its outputs exist for the same inputs: training compares the run record's config by value, the
+other stages a hash of their parameters and upstream record stored in the executed notebook.
+`--force` reruns. A half-finished training run resumes from its checkpoint. A failing stage keeps its
 executed notebook (with the error in it) and the pipeline stops with exit status 1, naming it.
 
 Paths: the pipeline owns them (`Layout`). Run records go to <results>/runs/<run id>/, throughput
@@ -35,222 +35,28 @@ and the paper names them.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from xsa.data import ensure_data
+from xsa.jobs import (STAGES, Context, Job, StageError, config_changes, is_done, jobs_for, prepare_train, recorded_config,
+                      train_config, trained)
 from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
+from xsa.paper import export_paper, stable_notebook
+from xsa.paper_checks import check_paper_stage
 from xsa.records import REPO_ROOT, atomic_write_text, read_json
-from xsa.spec import Run
-from xsa.studies import Study, get_study
-
-STAGES = ("validation", "data", "train", "evaluate", "diagnostics", "throughput", "paper")
-# parameters that name a place on disk: they differ between machines, so they are not inputs
-PATH_PARAMS = {"out_dir", "runs", "out", "results_dir", "bundle", "table_out"}
-
-
-class StageError(RuntimeError):
-    """A stage failed; the message names it and where its executed notebook is."""
-
-
-@dataclass
-class Job:
-    stage: str
-    name: str  # run id, preset, or the study name for study-wide stages
-    params: dict
-    outputs: list[Path]
-    upstream: dict = field(default_factory=dict)  # what else the outputs depend on (hashes)
-    always: bool = False  # the paper is cheap and reads every record: always rebuilt
-    index: int = 0  # decides the shard: a run's jobs of every stage carry the run's index in the study
-
-    def inputs(self) -> str:
-        params = {k: v for k, v in self.params.items() if k not in PATH_PARAMS}
-        blob = json.dumps({"stage": self.stage, "params": params, "upstream": self.upstream},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-@dataclass
-class Context:
-    study: Study
-    layout: Layout
-    notebooks: Path
-    force: bool = False
-    shard: tuple[int, int] = (0, 1)  # (K, N): this process runs job i when i % N == K
-    leave_out: tuple[str, ...] = ()  # run ids the paper leaves out on purpose (it names them)
-
-    def mine(self, index: int) -> bool:
-        return index % self.shard[1] == self.shard[0]
-
-    def record(self, job: Job) -> Path:
-        return self.layout.executed(job.stage, job.name)
+from xsa.runlock import busy
+from xsa.studies import ADAPTIVE, get_study
 
 
 # -----------------------------------------------------------------------------
-# What each stage runs
-
-# the presentation layer: nothing the validation checks depends on it
-NOT_VALIDATED = ("xsa/pipeline.py", "xsa/studies.py", "xsa/report/")
-
-
-def source_hash() -> str:
-    """Hash of the package sources: the validation checks rerun whenever the code they check changes."""
-    h = hashlib.sha256()
-    for path in sorted((REPO_ROOT / "xsa").rglob("*.py")):
-        if path.relative_to(REPO_ROOT).as_posix().startswith(NOT_VALIDATED):
-            continue
-        h.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def notebook_hash(path: Path) -> str | None:
-    """Hash of a notebook's code: a stage whose notebook changed is rerun."""
-    if not path.exists():
-        return None
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    code = "\0".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    return hashlib.sha256(code.encode()).hexdigest()[:16]
-
-
-def recorded_config(run_dir: Path):
-    """The config a run folder was trained with, read by value (fields it predates at their
-    defaults), or None where the folder holds no run."""
-    from xsa.spec import config_from_record
-    path = run_dir / "config.json"
-    return config_from_record(read_json(path), str(path)) if path.exists() else None
-
-
-def config_changes(recorded, wanted) -> str:
-    """The fields where a recorded config differs from the one asked for, for an error message."""
-    flat = lambda c: {**{k: v for k, v in c.to_dict().items() if k != "model"},
-                      **{f"model.{k}": v for k, v in c.to_dict()["model"].items()}}
-    a, b = flat(recorded), flat(wanted)
-    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
-    return "; ".join(f"{k} (recorded {a.get(k)!r}, asked {b.get(k)!r})" for k in keys) or "none"
-
-
-def trained(run_dir: Path) -> bool:
-    """Whether a run folder holds a run trained to its horizon."""
-    summary = run_dir / "summary.json"
-    return summary.exists() and read_json(summary).get("complete", False)
-
-
-def trained_weights(run_dir: Path) -> str | None:
-    summary = run_dir / "summary.json"
-    return read_json(summary).get("final_weights_sha256") if summary.exists() else None
-
-
-def jobs_for(stage: str, ctx: Context) -> list[Job]:
-    """The jobs of one stage. Built when the stage starts, since they hash what earlier stages wrote."""
-    jobs = _jobs(stage, ctx)
-    # training is keyed by its config alone, evaluate and diagnostics by the weights and their own
-    # parameters, so run records outlive notebook edits; the study-wide stages rerun when theirs change
-    if stage not in ("train", "evaluate", "diagnostics"):
-        code = notebook_hash(ctx.notebooks / NOTEBOOKS[stage])
-        for job in jobs:
-            job.upstream["notebook"] = code
-    return jobs
-
-
-def _jobs(stage: str, ctx: Context) -> list[Job]:
-    s, study_name, lay = ctx.study, ctx.study.name, ctx.layout
-    if stage == "validation":
-        return [Job(stage, study_name, dict(s.validation), [], upstream={"source": source_hash()})]
-    if stage == "train":
-        return [Job(stage, run.run_id,
-                    dict(run=run.to_dict(), out_dir=str(lay.run_dir(run)), resume=False, overwrite=False),
-                    [lay.run_dir(run) / "summary.json"], index=i)
-                for i, run in enumerate(s.runs)]
-    if stage in ("evaluate", "diagnostics"):
-        chat = {a.name for a in s.chat_arms}
-        jobs = []
-        for i, run in enumerate(s.runs):
-            if stage == "evaluate" and not s.evaluated(run):
-                continue
-            rd = lay.run_dir(run)
-            if stage == "evaluate":
-                evals = ["core", "chat"] if run.arm.name in chat else ["core"]
-                params = dict(runs=[str(rd)], bundle=os.environ.get("XSA_EVAL_BUNDLE"), evaluations=evals,
-                              table_out=str(lay.beside(stage, run.run_id, "tasks")), **s.evaluate)
-                out = rd / "eval.json"
-            else:
-                params = dict(runs=[str(rd)], out_dir=str(lay.beside(stage, run.run_id, "figures")), **s.diagnostics)
-                out = rd / "diagnostics.json"
-            # keyed by what the stage reads, the trained weights, and its own parameters: not by the
-            # training config's hash, which a new config field would change
-            jobs.append(Job(stage, run.run_id, params, [out], index=i, upstream={"weights": trained_weights(rd)}))
-        return jobs
-    if stage == "throughput":
-        opts = {k: v for k, v in s.throughput.items() if k != "presets"}
-        return [Job(stage, p, dict(preset=p, out=str(lay.throughput(p)),
-                                   out_dir=str(lay.beside(stage, p, "figures")), **opts), [lay.throughput(p)], index=i)
-                for i, p in enumerate(s.throughput.get("presets", []))]
-    if stage == "paper":
-        chosen = dict(leave_out=list(ctx.leave_out)) if ctx.leave_out else {}  # the notebook's default: none
-        return [Job(stage, study_name, dict(study=study_name, results_dir=str(lay.results),
-                                            out_dir=str(lay.outputs), **chosen), [], always=True)]
-    raise ValueError(f"stage: unknown stage {stage!r} (choose from {', '.join(STAGES)})")
-
-
-# -----------------------------------------------------------------------------
-# Skipping, running, recording
-
-def train_config(job: Job):
-    """The TrainConfig a train job asks for."""
-    return Run.from_dict(job.params["run"]).config()
-
-
-def recorded_inputs(job: Job, ctx: Context) -> str | None:
-    record = ctx.record(job)
-    if not record.exists():
-        return None
-    return json.loads(record.read_text()).get("metadata", {}).get("xsa", {}).get("inputs")
-
-
-def up_to_date(job: Job, ctx: Context) -> bool:
-    """Whether the job's recorded inputs are the ones it asks for: a run folder's config compared by
-    value with the study's (TrainConfig.from_dict fills fields the record predates), any other job's
-    recorded input hash with its own."""
-    if job.stage == "train":
-        return recorded_config(Path(job.params["out_dir"])) == train_config(job)
-    return recorded_inputs(job, ctx) == job.inputs()
-
-
-def is_done(job: Job, ctx: Context) -> bool:
-    if job.always or ctx.force or not all(p.exists() for p in job.outputs):
-        return False
-    if job.stage == "train" and not read_json(job.outputs[0]).get("complete", False):
-        return False  # stopped early (--max-steps): resumed to the full horizon, never counted as done
-    return up_to_date(job, ctx)
-
-
-def prepare_train(job: Job, ctx: Context) -> None:
-    """Resume an interrupted run of the same config; refuse to replace a different one without --force."""
-    run_dir = Path(job.params["out_dir"])
-    recorded = recorded_config(run_dir)
-    if recorded is None:
-        return
-    if ctx.force:
-        job.params["overwrite"] = True
-    elif recorded == train_config(job):  # a killed run, or one stopped early (complete: false)
-        from xsa.checkpoint import state_path
-        if state_path(run_dir).exists():
-            job.params["resume"] = True
-        else:  # killed before its first checkpoint: nothing to keep, start it again
-            job.params["overwrite"] = True
-    else:
-        raise StageError(f"stage train ({job.name}): {run_dir} holds a run of another config "
-                         f"({config_changes(recorded, train_config(job))}); rerun with --force to replace it")
-
+# Running and recording
 
 def check_parameters(job: Job, notebook: Path) -> None:
     """Refuse parameters the notebook does not declare: papermill would only warn, and the notebook
     would run with its own default (an XSA run in a baseline's folder, say)."""
-    import papermill as pm
+    import papermill as pm  # lazy: start-up time (--help and --status run no notebook)
     declared = set(pm.inspect_notebook(str(notebook)))
     unknown = sorted(set(job.params) - declared)
     if unknown:
@@ -274,8 +80,8 @@ def check_outputs(job: Job) -> None:
 
 def execute(job: Job, ctx: Context) -> Path:
     """Run the job's notebook with papermill; stamp the executed copy with the job's inputs."""
-    import nbformat
-    import papermill as pm
+    import nbformat  # lazy: start-up time (--help and --status run no notebook)
+    import papermill as pm  # lazy: start-up time (--help and --status run no notebook)
 
     notebook = ctx.notebooks / NOTEBOOKS[job.stage]
     if not notebook.exists():
@@ -296,8 +102,7 @@ def execute(job: Job, ctx: Context) -> Path:
     check_outputs(job)
     nb = nbformat.read(str(record), as_version=4)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
-    from xsa.paper import stable_notebook  # no run times or absolute paths: a rerun changes nothing
-    atomic_write_text(record, stable_notebook(nb))
+    atomic_write_text(record, stable_notebook(nb))  # no run times or absolute paths: a rerun changes nothing
     return record
 
 
@@ -308,7 +113,6 @@ def run_data(ctx: Context, stages) -> None:
     if not ctx.force and all(is_done(job, ctx) for s in readers for job in jobs_for(s, ctx)):
         print("[data] every run that reads the data is up to date: not needed", flush=True)
         return
-    from xsa.data import ensure_data
     for subset in ctx.study.data_subsets():
         t0 = time.time()
         # ClimbMix is downloaded for the study's longest horizon on it (the registry corpora are whole)
@@ -361,7 +165,6 @@ def run_job(tag: str, job: Job, ctx: Context) -> Path:
 def redeclare(ctx: Context) -> bool:
     """Read an adaptive study's declared runs again from the records (xsa/design.py); False for a
     fixed study."""
-    from xsa.studies import ADAPTIVE
     if ctx.study.name not in ADAPTIVE:
         return False
     ctx.study = get_study(ctx.study.name, ctx.layout.results)
@@ -372,7 +175,6 @@ def run_adaptive_train(ctx: Context) -> Path | None:
     """Train an adaptive study in its declared order, declaring it again after every run: a run its
     rules add ahead of the rest (the precision rule's next seeds, the arms at a newly selected LR)
     trains next, as the pre-registration's priorities say, not at the end of the pass."""
-    from xsa.runlock import busy
     last, done = None, 0
     while True:
         # a run another process trains now (a shard whose share the new declaration moved) is its
@@ -409,7 +211,6 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
     ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(),
                   force, parse_shard(shard), tuple(leave_out or ()))
     if "paper" in stages:
-        from xsa.paper_checks import check_paper_stage
         check_paper_stage(ctx.study, layout.paper, ctx.leave_out)  # before any stage runs
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
@@ -421,7 +222,6 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
             paper_nb = record
     if paper_nb is None:
         return {}
-    from xsa.paper import export_paper
     out = export_paper(paper_nb, ctx.layout.paper)
     print(f"paper: {out['html']}\n       {out['md']}")
     if out["pdf"]:

@@ -47,6 +47,16 @@ AXES = ("heads", "tokens per parameter", "sequence length")
 # the 324e69c recipe's 10.5 tokens per scaling parameter, T = 2048), and the seed paper's d24 (16 heads)
 TARGETS = {"d12": dict(heads=12, tokens_per_param=10.5, seq_len=2048),
            "d24": dict(heads=16, tokens_per_param=10.5, seq_len=2048)}
+# a d12 pair's SD on a GPU: about 0.03% per run in modded-nanogpt's records of repeated runs, so about
+# 0.03% x sqrt(2) per pair (an assumption the d12 test checks; our CPU pairs show about 0.37%)
+GPU_PAIR_SD = 0.0003 * 2 ** 0.5
+D12_HALF_WIDTH = 0.001  # the d12 test's interval: +/-0.1%, a third of the seed paper's -0.32%
+# larger-scale results beside the prediction (each one run or a few; as their sources report them)
+ANCHORS = (
+    ("nanochat pull request #702", "d14, one run per arm", -0.0036),
+    ("modded-nanogpt pull request #264", "124 M parameters, 6 heads of 128, learnable gate, 10 runs per arm", -0.0014),
+    ("parameter-golf pull requests #609 and #1125", "XSA on all layers against the last 4", -0.0015),
+)
 # the tau^2 grid of the REML search (relative effects are about 1e-3, so tau^2 about 1e-6)
 TAU2_GRID = np.concatenate([[0.0], np.geomspace(1e-12, 1e-3, 721)])
 

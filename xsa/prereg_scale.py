@@ -9,25 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.design import detectable, half_width, slope_detectable
-from xsa.predict import AXES, FIT_ROBUST, FIT_SCALE, SENSITIVITY, TARGETS, condition, pairs_to_test
+from xsa.predict import (ANCHORS, AXES, D12_HALF_WIDTH, FIT_ROBUST, FIT_SCALE, GPU_PAIR_SD, SENSITIVITY, TARGETS,
+                         condition, pairs_to_test)
 from xsa.presets import scaling_params
 from xsa.studies import get_study
-from xsa.study_scale import (BRACKET, PAIRS, PRECISION_X4, ROBUST_HEADS_SEEDS, ROBUST_LR, ROBUST_PRIMARY_SEEDS,
-                             S4_PAIRS, SELECT)
-
-SECONDARY = ("slope per doubling of tokens per parameter", "slope per doubling of heads", "gate at width 64",
-             "gate at 8 heads", "width 256, 128 steps", "width 256, length")
-# a d12 pair's SD on a GPU: about 0.03% per run in modded-nanogpt's records of repeated runs, so about
-# 0.03% x sqrt(2) per pair (an assumption the d12 test checks; our CPU pairs show about 0.37%)
-GPU_PAIR_SD = 0.0003 * 2 ** 0.5
-D12_HALF_WIDTH = 0.001  # the d12 test's interval: +/-0.1%, a third of the seed paper's -0.32%
-# larger-scale results beside the prediction (each one run or a few; as their sources report them)
-ANCHORS = (
-    ("nanochat pull request #702", "d14, one run per arm", -0.0036),
-    ("modded-nanogpt pull request #264", "124 M parameters, 6 heads of 128, learnable gate, 10 runs per arm", -0.0014),
-    ("parameter-golf pull requests #609 and #1125", "XSA on all layers against the last 4", -0.0015),
-)
-
+from xsa.study_scale import (PAIRS, PRECISION_X4, ROBUST_HEADS_SEEDS, ROBUST_LR, ROBUST_PRIMARY_SEEDS,
+                             S4_PAIRS, SECONDARY, SELECT)
 
 def _level(pair) -> str:
     cfg = pair.b.config()
@@ -57,11 +44,38 @@ def _sd(results: Path) -> tuple[float, int]:
     return (sum((d - m) ** 2 for d in c.diffs) / (c.n - 1)) ** 0.5, c.n
 
 
+def _test_and_power(sd: float, n_sd: int) -> list[str]:
+    """The sections on the d12 test, the priorities and what the design can detect."""
+    n_gpu = pairs_to_test(GPU_PAIR_SD, D12_HALF_WIDTH)
+    return [
+        "## The test of the prediction", "",
+        f"A d12 pair on a GPU is far less noisy than a CPU pair: about 0.03% per run in modded-nanogpt's "
+        f"repeated runs, so about {100 * GPU_PAIR_SD:.3f}% per pair (assumed; ours at CPU scale: {100 * sd:.2f}%). "
+        f"{n_gpu} pairs give a 95% interval of at most +/-{100 * D12_HALF_WIDTH:.1f}% at that SD (pairs are added "
+        "four at a time while the half-width is larger, at most 16). The prediction fails if that interval lies "
+        "outside the prediction interval.", "",
+        "## Priorities where the budget binds", "",
+        "Length x4 (bracket, then its pairs) > heads (brackets, then pairs) > lengths x2 and x1/3 > the gate > width "
+        "256. Runs are declared in that order (the brackets of a later step early where they need no earlier "
+        "decision); a level not reached is reported as not run.", "",
+        "## What the design can detect", "",
+        f"At the per-pair SD of the robust primary at tuned LRs ({100 * sd:.2f}% over {n_sd} pairs):", "",
+        f"- length x4: {PRECISION_X4.first} pairs give a half-width of about "
+        f"{100 * half_width(PRECISION_X4.first, sd):.2f}%, {PRECISION_X4.most} pairs "
+        f"{100 * half_width(PRECISION_X4.most, sd):.2f}%;",
+        f"- one level ({len(PAIRS)} pairs): {100 * detectable(len(PAIRS), sd):.2f}% with 80% power;",
+        f"- the slope per doubling of heads over 1, 2, 4, 8 heads with {len(PAIRS)} pairs each, at tau = 0: "
+        f"{100 * slope_detectable(len(PAIRS), sd, lengths=(1, 2, 4, 8)):.2f}% with 80% power; the slope per "
+        "doubling of tokens per parameter over the four lengths, likewise: "
+        f"{100 * slope_detectable(len(PAIRS), sd, lengths=(1.14, 3.43, 6.86, 13.7)):.2f}% (a between-condition "
+        "variance widens both).", "",
+    ]
+
+
 def scale_document(results: Path) -> str:
     empty = results / ".prereg-empty"  # what the study declares before any record of its own
     study = get_study("scale", empty)
     sd, n_sd = _sd(results)
-    n_gpu = pairs_to_test(GPU_PAIR_SD, D12_HALF_WIDTH)
     seeds = lambda r: f"{r.start}..{r.stop - 1}"
     lines = [
         "# Pre-registration: the `scale` study", "",
@@ -119,27 +133,7 @@ def scale_document(results: Path) -> str:
         "as p = 1). Descriptive: each level's effect, bT, the learned gate per layer and head (mean and 95% "
         "interval over seeds, from each run's summary), the diagonal attention mass per level, the sensitivity fit.",
         "",
-        "## The test of the prediction", "",
-        f"A d12 pair on a GPU is far less noisy than a CPU pair: about 0.03% per run in modded-nanogpt's "
-        f"repeated runs, so about {100 * GPU_PAIR_SD:.3f}% per pair (assumed; ours at CPU scale: {100 * sd:.2f}%). "
-        f"{n_gpu} pairs give a 95% interval of at most +/-{100 * D12_HALF_WIDTH:.1f}% at that SD (pairs are added "
-        "four at a time while the half-width is larger, at most 16). The prediction fails if that interval lies "
-        "outside the prediction interval.", "",
-        "## Priorities where the budget binds", "",
-        "Length x4 (bracket, then its pairs) > heads (brackets, then pairs) > lengths x2 and x1/3 > the gate > width "
-        "256. Runs are declared in that order (the brackets of a later step early where they need no earlier "
-        "decision); a level not reached is reported as not run.", "",
-        "## What the design can detect", "",
-        f"At the per-pair SD of the robust primary at tuned LRs ({100 * sd:.2f}% over {n_sd} pairs):", "",
-        f"- length x4: {PRECISION_X4.first} pairs give a half-width of about "
-        f"{100 * half_width(PRECISION_X4.first, sd):.2f}%, {PRECISION_X4.most} pairs "
-        f"{100 * half_width(PRECISION_X4.most, sd):.2f}%;",
-        f"- one level ({len(PAIRS)} pairs): {100 * detectable(len(PAIRS), sd):.2f}% with 80% power;",
-        f"- the slope per doubling of heads over 1, 2, 4, 8 heads with {len(PAIRS)} pairs each, at tau = 0: "
-        f"{100 * slope_detectable(len(PAIRS), sd, lengths=(1, 2, 4, 8)):.2f}% with 80% power; the slope per "
-        "doubling of tokens per parameter over the four lengths, likewise: "
-        f"{100 * slope_detectable(len(PAIRS), sd, lengths=(1.14, 3.43, 6.86, 13.7)):.2f}% (a between-condition "
-        "variance widens both).", "",
+        *_test_and_power(sd, n_sd),
         "## Runs", "",
         f"Declared before any record of this study: {len(study.runs)} runs (the LR brackets, the levels whose "
         "learning rates are fixed in advance, and the reused robust records). The brackets' pairs are declared by the "

@@ -1,13 +1,14 @@
 """
-The nanochat recipes and the presets, as data, and make_config, which layers them into a TrainConfig.
+The presets, as data, and make_config, which layers a recipe, a preset and a run's overrides into a
+TrainConfig.
 
 A config is built in three layers (make_config): a recipe (one nanochat commit's model, optimizer
 and base_train defaults), then a preset (shape, batch, data, horizon, and for the CPU presets their
 own learning rates and schedule), then the overrides of one run. Each piece of a recipe is a field,
 so a recipe is a set of values and an ablation is one override. The fields themselves, their
-defaults and their checks are in xsa/config.py.
+defaults, their checks and the recipes are in xsa/config.py.
 
-Recipes (RECIPES):
+Recipes (xsa.config.RECIPES):
 - nanochat-92d63d4: nanochat as of commit 92d63d4, the default of every preset.
 - nanochat-324e69c: nanochat as of commit 324e69c (March 2026), the seed paper's era.
 
@@ -22,32 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from xsa.config import ADAM_GROUPS, DATA_SUBSETS, ConfigError, GPTConfig, TrainConfig
-
-# -----------------------------------------------------------------------------
-# Recipes: one nanochat commit each (gpt.py, optim.py, scripts/base_train.py read at that commit;
-# the README's parity table lists what matches and what differs on purpose).
-
-RECIPES: dict[str, dict] = {
-    "nanochat-92d63d4": {"model": {}, "train": {}},  # the field defaults above are this commit's
-    "nanochat-324e69c": {
-        "model": dict(rope_base=10_000.0, rotary_bf16=True, qk_scale=1.0, logit_softcap=20.0,
-                      ve_gate_channels=32, ve_gate_scale=2.0, smear=False, backout=False,
-                      init_wte_std=1.0, init_fc_scale=1.0, init_resid_lambdas=(1.0, 1.0),
-                      init_x0_lambdas=(0.1, 0.1), init_gate_max=0.0),
-        "train": dict(warmup_steps=0, warmdown_ratio=0.5, final_lr_frac=0.0,
-                      embedding_lr=0.3, unembedding_lr=0.004, matrix_lr=0.02, scalar_lr=0.5, value_embed_lr_scale=1.0,
-                      adam_betas={g: ((0.96, 0.95) if g == "x0_lambdas" else (0.8, 0.95)) for g in ADAM_GROUPS},
-                      adam_weight_decay={g: 0.0 for g in ADAM_GROUPS},
-                      weight_decay=0.2, weight_decay_schedule="linear", weight_decay_scaling=True,
-                      muon_momentum=0.95, muon_momentum_warmup_steps=300, muon_momentum_final=None,
-                      normuon_beta2=0.95, muon_eq=False, muon_plus=False, ns_scale=1.02),
-        "param_data_ratio": 10.5,
-    },
-}
-RECIPES["nanochat-92d63d4"]["param_data_ratio"] = 12.0
-DEFAULT_RECIPE = "nanochat-92d63d4"
-
+from xsa.config import DATA_SUBSETS, DEFAULT_RECIPE, RECIPES, ConfigError, GPTConfig, TrainConfig, scaling_params
 
 # -----------------------------------------------------------------------------
 # Presets, as data. Each fixes model shape, batch, data and horizon; the CPU presets also state
@@ -55,7 +31,7 @@ DEFAULT_RECIPE = "nanochat-92d63d4"
 # 4,096-token batch it sets the LRs 11x lower, measured worse, so they keep nanochat's base LRs
 # unscaled), sized by measurement on a 2-core machine (see README, "Presets").
 
-def _cpu(n_layer, n_embd, n_head, seq, batch_rows, num_tokens, data="default", **train):
+def _cpu(*, n_layer, n_embd, n_head, seq, batch_rows, num_tokens, data="default", **train):
     """A CPU preset: the 92d63d4 model and optimizer with nanochat's base learning rates unscaled,
     weight decay unscaled, and its schedule at the same fractions of the run as at d12 (LR warm-up
     1.6% of the steps, momentum warm-up 16%; nanochat's d12 has about 2,500 steps)."""
@@ -70,7 +46,7 @@ def _cpu(n_layer, n_embd, n_head, seq, batch_rows, num_tokens, data="default", *
         **train)
 
 
-def _gpu(n_layer, n_embd, n_head, batch, device_batch):
+def _gpu(*, n_layer, n_embd, n_head, batch, device_batch):
     """A GPU preset on ClimbMix: the recipe's optimizer and schedule as base_train runs them."""
     return dict(
         model=dict(sequence_len=2048, vocab_size=32768, n_layer=n_layer, n_head=n_head, n_kv_head=n_head,
@@ -80,53 +56,45 @@ def _gpu(n_layer, n_embd, n_head, batch, device_batch):
 
 
 PRESETS: dict[str, dict] = {
-    "smoke": _cpu(2, 64, 2, 64, 4, 30 * 4 * 64, data="smoke", eval_every=10, eval_tokens=4096, checkpoint_every=10),
+    "smoke": _cpu(n_layer=2, n_embd=64, n_head=2, seq=64, batch_rows=4, num_tokens=30 * 4 * 64, data="smoke",
+                  eval_every=10, eval_tokens=4096, checkpoint_every=10),
     # The CPU study's depth pair: 64 wide (one 64-dim head), 4 and 8 layers (2:1, as d12 -> d24), the
     # same 3 x 2^19 tokens (384 steps of 4,096): 8.0 and 4.0 tokens per non-embedding parameter. A
     # 4,096-token vocabulary keeps the head (262k parameters) from dwarfing the blocks; validation on
     # a fixed 2^17-token stream at 8 points of training.
-    "cpu-w64-d4": _cpu(4, 64, 1, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
-                       checkpoint_every=48),
-    "cpu-w64-d8": _cpu(8, 64, 1, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
-                       checkpoint_every=48),
+    "cpu-w64-d4": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=3 * 2**19,
+                       data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w64-d8": _cpu(n_layer=8, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=3 * 2**19,
+                       data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
     # The heads preset: 128 wide, two heads of 64 (the seed paper's d12 head size), 4 layers, the
     # primary preset's tokens, batch, sequence and evaluation: does XSA's effect depend on heads?
-    "cpu-w128-d4": _cpu(4, 128, 2, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
-                        checkpoint_every=48),
+    "cpu-w128-d4": _cpu(n_layer=4, n_embd=128, n_head=2, seq=512, batch_rows=8, num_tokens=3 * 2**19,
+                        data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
     # The scale study's training lengths (xsa/study_scale.py): cpu-w64-d4 at 128, 768 and 1,536 steps
     # (x1/3, x2, x4 of its 384), each with the schedule at the same fractions of its run; evaluation at
     # 4 points of the short run, every 96 steps of the long ones.
-    "cpu-w64-d4-s128": _cpu(4, 64, 1, 512, 8, 2**19, data="default-4k", eval_every=32, eval_tokens=2**17,
-                            checkpoint_every=48),
-    "cpu-w64-d4-s768": _cpu(4, 64, 1, 512, 8, 6 * 2**19, data="default-4k", eval_every=96, eval_tokens=2**17,
-                            checkpoint_every=48),
-    "cpu-w64-d4-s1536": _cpu(4, 64, 1, 512, 8, 12 * 2**19, data="default-4k", eval_every=96, eval_tokens=2**17,
-                             checkpoint_every=48),
+    "cpu-w64-d4-s128": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=2**19,
+                            data="default-4k", eval_every=32, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w64-d4-s768": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=6 * 2**19,
+                            data="default-4k", eval_every=96, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w64-d4-s1536": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=12 * 2**19,
+                             data="default-4k", eval_every=96, eval_tokens=2**17, checkpoint_every=48),
     # The first CPU study's shape (archived, 30bc3ae) on today's stack: 256 wide, four heads of 64, 4
     # layers, at the primary's 384 steps and at that study's 128.
-    "cpu-w256-d4": _cpu(4, 256, 4, 512, 8, 3 * 2**19, data="default-4k", eval_every=48, eval_tokens=2**17,
-                        checkpoint_every=48),
-    "cpu-w256-d4-s128": _cpu(4, 256, 4, 512, 8, 2**19, data="default-4k", eval_every=32, eval_tokens=2**17,
-                             checkpoint_every=48),
+    "cpu-w256-d4": _cpu(n_layer=4, n_embd=256, n_head=4, seq=512, batch_rows=8, num_tokens=3 * 2**19,
+                        data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w256-d4-s128": _cpu(n_layer=4, n_embd=256, n_head=4, seq=512, batch_rows=8, num_tokens=2**19,
+                             data="default-4k", eval_every=32, eval_tokens=2**17, checkpoint_every=48),
     # GPU presets. The horizon is the recipe's tokens:params ratio, the batch the one base_train's
     # auto rule picks for the shape (B = 2^19 (D / D_d12)^0.383, rounded to a power of 2: 2^19 at
     # d12, 2^20 at both readings of d24), evaluation as base_train (80 x 2^19 tokens every 250 steps).
     # d12, d24: the seed paper's depths as it states them (d24: 1024 wide, 16 heads of 64).
-    "d12": _gpu(12, 768, 12, 2**19, 32),
-    "d24": _gpu(24, 1024, 16, 2**20, 16),
+    "d12": _gpu(n_layer=12, n_embd=768, n_head=12, batch=2**19, device_batch=32),
+    "d24": _gpu(n_layer=24, n_embd=1024, n_head=16, batch=2**20, device_batch=16),
     # nanochat's own shapes (base_train: width 64 x depth, rounded up to 128-dim heads)
-    "d12-nanochat": _gpu(12, 768, 6, 2**19, 32),
-    "d24-nanochat": _gpu(24, 1536, 12, 2**20, 16),
+    "d12-nanochat": _gpu(n_layer=12, n_embd=768, n_head=6, batch=2**19, device_batch=32),
+    "d24-nanochat": _gpu(n_layer=24, n_embd=1536, n_head=12, batch=2**20, device_batch=16),
 }
-
-
-def scaling_params(model: GPTConfig) -> int:
-    """nanochat's scaling parameters: the block matrices plus the lm_head (base_train's
-    get_scaling_params), counted from the shapes."""
-    d, hd, kv = model.n_embd, model.head_dim, model.n_kv_head
-    per_layer = d * (model.n_head * hd) + 2 * d * (kv * hd) + d * d + 8 * d * d  # q, k, v, proj, mlp
-    n_ve = sum(1 for i in range(model.n_layer) if i % 2 == (model.n_layer - 1) % 2)
-    return model.n_layer * per_layer + n_ve * model.ve_gate_channels * kv + d * model.vocab_size
 
 
 def make_config(preset: str, **overrides) -> TrainConfig:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import io
 import json
 import os
 import platform
 import subprocess
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +59,7 @@ def atomic_write_json(path, obj: Any) -> None:
 
 
 def atomic_torch_save(path, obj: Any) -> None:
-    import io
-    import torch
+    import torch  # lazy: start-up time (the report reads records without torch)
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(Path(path), buf.getvalue())
@@ -184,7 +185,7 @@ def cpu_identity() -> dict:
         pass
     flags = set(info.get("flags", "").split())
     try:
-        import torch
+        import torch  # lazy: start-up time (the report reads records without torch)
         capability = torch.backends.cpu.get_cpu_capability()
     except (ImportError, AttributeError):
         capability = None
@@ -205,9 +206,8 @@ def cpu_key(prov: dict) -> str | None:
 
 def software_versions() -> dict:
     """The versions a rerun must match to reproduce numbers bit for bit."""
-    from importlib.metadata import PackageNotFoundError, version
 
-    import torch
+    import torch  # lazy: start-up time (the report reads records without torch)
 
     def of(package):
         try:

@@ -24,19 +24,26 @@ is larger, or the weights differ on a matching machine; 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import re
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from xsa.checkpoint import run_data_dir
+from xsa.config import RECORD_EXTRAS, TrainConfig, dict_hash
+from xsa.data import ensure_data
 from xsa.records import REPO_ROOT, atomic_write_json, cpu_identity, cpu_key, cpu_model, read_json, software_versions
+from xsa.spec import Run
+from xsa.train import data_fingerprint, train
 
 
 def seed_sd(run_dir: Path) -> tuple[float | None, int]:
     """The seed-to-seed SD of final val bpb over the committed runs of run_dir's arm (its sibling
     folders <arm>_s<seed>), and how many runs it is over."""
-    import re
-    import statistics
     arm = re.sub(r"_s\d+$", "", run_dir.name)
     values = []
     for summary in sorted(run_dir.parent.glob(f"{arm}_s*/summary.json")):
@@ -86,12 +93,7 @@ def verdict(result: dict) -> tuple[str, int]:
 
 def reproduce(run_dir: Path, out: Path, data_dir=None, progress: bool = True) -> dict:
     """Retrain the run of run_dir and compare (see the module docstring); returns the comparison."""
-    import torch
 
-    from xsa.checkpoint import run_data_dir
-    from xsa.config import RECORD_EXTRAS, dict_hash
-    from xsa.spec import Run, config_from_record
-    from xsa.train import data_fingerprint, train
 
     record = read_json(run_dir / "config.json")
     summary, prov = read_json(run_dir / "summary.json"), read_json(run_dir / "provenance.json")
@@ -100,9 +102,8 @@ def reproduce(run_dir: Path, out: Path, data_dir=None, progress: bool = True) ->
     written = dict_hash({k: v for k, v in record.items() if k not in RECORD_EXTRAS})
     if written != prov.get("config_hash"):
         raise ValueError(f"{run_dir}: config.json hashes to {written}, the record says {prov.get('config_hash')}")
-    cfg = config_from_record(record, str(run_dir / "config.json"))
+    cfg = TrainConfig.from_dict(record, str(run_dir / "config.json"))
     data = Path(data_dir) if data_dir else run_data_dir(record.get("data_dir"), cfg.data)
-    from xsa.data import ensure_data
     data = ensure_data(cfg.data, data_dir=data)
     fingerprint = data_fingerprint(data)
     if prov.get("data_sha256") and fingerprint != prov["data_sha256"]:

@@ -1,5 +1,6 @@
 """
-A run's log when it is resumed: which lines of metrics.jsonl are kept, whether the line of the
+A run folder: the checks before a training writes into it (a new folder, an --overwrite, a
+--resume of the same config), and its log when it is resumed: which lines of metrics.jsonl are kept, whether the line of the
 checkpoint's step must be redone, and whether the run is finished already (then a resume changes
 nothing: rewriting its summary would add the resume's seconds to the cost the paper reports).
 
@@ -9,10 +10,57 @@ whose steps repeat or go back (two runs in one folder, a doubled file) is refuse
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from xsa.checkpoint import state_path
 from xsa.common import print0
-from xsa.records import check_steps, read_json, read_jsonl_tail
+from xsa.config import ConfigError, TrainConfig
+from xsa.records import check_steps, read_json, read_jsonl, read_jsonl_tail
+
+
+def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    diffs = []
+    for k in sorted(set(a) | set(b)):
+        if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
+            diffs += config_diff(a[k], b[k], f"{prefix}{k}.")
+        elif a.get(k) != b.get(k):
+            diffs.append(f"{prefix}{k} (saved {a.get(k)!r}, given {b.get(k)!r})")
+    return diffs
+
+
+def check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> dict | None:
+    """Validate the run folder before anything is written; return the saved config.json on resume."""
+    cfg_path = out / "config.json"
+    if resume:
+        if not cfg_path.exists():
+            raise FileNotFoundError(f"resume: {cfg_path} not found, there is no run to resume in {out}")
+        saved = read_json(cfg_path)
+        # by value: fields the record predates read at their defaults (TrainConfig.from_dict)
+        diffs = config_diff(TrainConfig.from_dict(saved, str(cfg_path)).to_dict(), cfg.to_dict())
+        if diffs:
+            raise ConfigError(f"resume: the config differs from {cfg_path}: " + "; ".join(diffs))
+        metrics = out / "metrics.jsonl"
+        trained = (out / "summary.json").exists() or (
+            metrics.exists() and any(r.get("step", 0) > 0 for r in read_jsonl(metrics)))
+        if trained and not state_path(out).exists():
+            # never restart a trained run from step 0 behind the user's back
+            raise FileNotFoundError(f"resume: {state_path(out)} is missing, so {out} cannot be resumed; "
+                                    "pass --overwrite instead of --resume to train it again from step 0")
+        return saved
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"out: {out} is a file, not a run folder")
+    if out.exists() and any(out.iterdir()):
+        if not cfg_path.exists():  # not ours, or damaged: never deleted, and no advice that loops
+            raise FileExistsError(f"out: {out} is not empty and is not a run folder (no config.json); "
+                                  "nothing was changed: choose another --out, or move the folder away")
+        if not overwrite:
+            raise FileExistsError(f"out: run folder {out} already exists; pass --overwrite to replace it "
+                                  "or --resume to continue it (nothing was changed)")
+    parent = next(p for p in (out, *out.parents) if p.exists())
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"out: cannot write to {parent} (read-only)")
+    return None
 
 
 def kept_log(out: Path, step: int, say: bool = False) -> tuple[list[dict], bool]:

@@ -16,10 +16,12 @@ An Arm is a Run without its seed: what seeds are averaged over and what comparis
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from xsa.config import ConfigError, GPTConfig, TrainConfig, make_config
+from xsa.config import XSA_FIELDS, ConfigError, GPTConfig, TrainConfig
+from xsa.presets import make_config
 
 # fields that never make an arm: the preset names the run's base, the seed is its own part
 _NOT_OVERRIDES = {"preset", "model", "seed"}
@@ -69,7 +71,7 @@ def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
     parts = [preset]
     if "optimizer" in rest:
         parts.append(str(rest.pop("optimizer")))
-    for key in ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate"):
+    for key in XSA_FIELDS:
         rest.pop(key, None)
     if not model.xsa_layer_set():
         label = "base"
@@ -162,8 +164,43 @@ class Run:
     def __str__(self) -> str:
         return self.run_id
 
+    def command(self) -> str:
+        """The command that trains this run by hand (its folder: results/runs/<run id>)."""
+        sets = "".join(f" --set {k}={format_value(v)}" for k, v in self.overrides)
+        return f"python -m xsa.train --preset {self.preset}{sets} --seed {self.seed}"
 
-def config_from_record(record: dict, where: str = "config.json") -> TrainConfig:
-    """A TrainConfig from a run folder's config.json, read by value (TrainConfig.from_dict: fields
-    the record predates at their defaults; data_dir ignored)."""
-    return TrainConfig.from_dict(record, where)
+
+def arm_record(config: TrainConfig) -> dict:
+    """A run's arm in full, for its records: the arm's name (the run id without the seed), the
+    overrides it sets on its preset, and every attention field (variant and gate included)."""
+    arm = Run.from_config(config).arm
+    return {"arm": arm.name, "overrides": dict(arm.overrides), **{k: getattr(config.model, k) for k in XSA_FIELDS}}
+
+
+def parse_overrides(pairs: list[str], flag: str = "--set") -> dict:
+    """FIELD=VALUE strings (a command line's --set) -> {field: value}, each value read as JSON where
+    it parses (true, 512, 0.5) and as a string otherwise (all, last:2)."""
+    out = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise ValueError(f"{flag}: expected FIELD=VALUE, got {pair!r}")
+        try:
+            out[name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name] = value
+    return out
+
+
+def format_value(value) -> str:
+    """A field's value as parse_overrides reads it back."""
+    return value if isinstance(value, str) and not _is_json(value) else json.dumps(value, separators=(",", ":"))
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+

@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 import torch
 
 from xsa.config import TrainConfig
+from xsa.optim import build_optimizers
 
 # -----------------------------------------------------------------------------
 # Schedules, as functions of the index `it` of the update being made (0-based), as base_train
@@ -119,7 +120,6 @@ class Step:
     """
 
     def __init__(self, model, cfg: TrainConfig, device: torch.device, *, schedules: Schedules | None = None):
-        from xsa.optim import build_optimizers
         self.model, self.cfg, self.device = model, cfg, device
         self.precision = Precision.of(device, cfg)
         self.optimizers = build_optimizers(model, cfg)

@@ -38,6 +38,9 @@ PRECISION_X4 = PrecisionRule(first=8, block=4, most=16, half_width=0.002, start=
 LENGTHS = {"cpu-w64-d4-s128": "x1/3", "cpu-w64-d4": "x1", "cpu-w64-d4-s768": "x2", "cpu-w64-d4-s1536": "x4"}
 SELECTION_SEEDS = frozenset(SELECT.seeds)  # never in an estimate
 HEADS = (1, 2, 4, 8)
+# the secondary family (Holm over it; xsa/report/scale.py)
+SECONDARY = ("slope per doubling of tokens per parameter", "slope per doubling of heads", "gate at width 64",
+             "gate at 8 heads", "width 256, 128 steps", "width 256, length")
 
 
 def _lr(arm: Arm) -> float:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import resource
 import statistics
 import sys
@@ -53,8 +54,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from xsa.common import datasheet_peak_flops, matmul_peak_flops, mfu, sync
+from xsa.common import autodetect_device, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.config import ConfigError
+from xsa.model import GPT
+from xsa.plot import new_figure, save_figure
+from xsa.presets import PRESETS
+from xsa.records import REPO_ROOT, atomic_write_json, provenance
+from xsa.spec import Arm, arm_record, parse_overrides
+from xsa.step import Schedules, Step
+from xsa.studies import xsa_pair
 
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
@@ -96,12 +106,10 @@ def copy_task_batch(gen: torch.Generator, batch: int, seq_len: int, vocab: int, 
     return seq[:, :-1], seq[:, 1:]
 
 
-class Arm:
+class TimedArm:
     """One run's model with its training Step (xsa/step.py), timed one update at a time."""
 
     def __init__(self, name: str, run, device: torch.device, seed: int):
-        from xsa.model import GPT
-        from xsa.step import Schedules, Step
         self.name, self.run, self.cfg, self.device = name, run, run.config(), device
         torch.manual_seed(seed)  # both arms start from the same weights
         with torch.device(device):
@@ -153,7 +161,7 @@ def overhead_stats(base: list[float], xsa: list[float]) -> dict:
     }
 
 
-def arm_summary(arm: Arm, tokens_per_step: int, peak: float, sheet: float | None = None) -> dict:
+def arm_summary(arm: TimedArm, tokens_per_step: int, peak: float, sheet: float | None = None) -> dict:
     t = arm.times
     q1, _, q3 = statistics.quantiles(t, n=4) if len(t) >= 2 else (t[0], t[0], t[0])
     med = statistics.median(t)
@@ -179,7 +187,6 @@ def arm_summary(arm: Arm, tokens_per_step: int, peak: float, sheet: float | None
 
 def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
     """The study's two arms at `preset`: the baseline (no XSA layer) and XSA (alpha 1, every layer)."""
-    from xsa.studies import xsa_pair
     pair = xsa_pair(preset, **overrides)
     return pair.a.run(seed), pair.b.run(seed)
 
@@ -187,12 +194,70 @@ def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
 def vs_runs(preset: str, vs: dict, seed: int = 0, **overrides) -> tuple:
     """Two arms that differ in `vs` only: the baseline of `preset` (with `overrides`), and the same
     run with the fields of `vs` on top (e.g. loss_chunk=512: what the chunked loss costs or saves)."""
-    from xsa.spec import Arm
     base = Arm.of(preset, **overrides)
     other = base.with_(**vs)
     if other == base:
         raise ValueError(f"vs: {vs!r} leaves the baseline of {preset} as it is; nothing to compare")
     return base.run(seed), other.run(seed)
+
+
+def _record(arms: dict, bench: dict, complete: bool) -> dict:
+    """The result record of the rounds so far; `bench` holds what the benchmark fixed before them."""
+    base, xsa = arms["baseline"], arms["xsa"]
+    cfg, dev, peak, sheet = base.cfg, bench["device"], bench["peak"], bench["sheet"]
+    B, T = cfg.device_batch_size, cfg.model.sequence_len
+    summaries = {name: arm_summary(arm, bench["tokens_per_step"], peak, sheet) for name, arm in arms.items()}
+    return {
+        "preset": cfg.preset,
+        "complete": complete,
+        "runs": {name: arm.run.run_id for name, arm in arms.items()},
+        "device": device_name(dev),
+        "device_type": dev.type,
+        "compiled": base.step_fn.precision.compile,
+        "autocast": str(base.step_fn.precision.autocast).removeprefix("torch.") if base.step_fn.precision.autocast else None,
+        "model": dataclasses.asdict(cfg.model),  # the baseline's; the xsa arm differs only in:
+        "xsa_arm": {k: getattr(xsa.cfg.model, k) for k in ("xsa_alpha", "xsa_layers", "xsa_value")},
+        # each arm in full: its name, its overrides and every attention field (variant and gate included)
+        "arm_specs": {name: arm_record(arm.cfg) for name, arm in arms.items()},
+        # each arm's fields where it differs from its preset (the run ids spell them out)
+        "arm_overrides": {name: dict(arm.run.overrides) for name, arm in arms.items()},
+        "device_batch_size": B,
+        "seq_len": T,
+        "grad_accum": bench["accum"],
+        "tokens_per_step": bench["tokens_per_step"],
+        "warmup_steps": bench["warmup"],
+        "measured_steps": len(base.times),
+        "train_steps_extra": bench["train_steps"],
+        "order": "ABBA (baseline first on even rounds, xsa first on odd rounds)",
+        "data": "synthetic copy task (Zipf-random half, then the same half), the same batch for both arms",
+        "lr": "initial lr of each param group, constant",
+        "baseline_tok_per_s": summaries["baseline"]["tok_per_s"],
+        "xsa_tok_per_s": summaries["xsa"]["tok_per_s"],
+        "baseline_step_time_median_s": summaries["baseline"]["step_time_median_s"],
+        "xsa_step_time_median_s": summaries["xsa"]["step_time_median_s"],
+        **overhead_stats(base.times, xsa.times),
+        **({f"cpu_time_{k}": v for k, v in overhead_stats(base.cpu_times, xsa.cpu_times).items()}
+           if dev.type == "cpu" else {}),
+        "threads": torch.get_num_threads(),
+        "baseline_mfu": summaries["baseline"]["mfu"],
+        "xsa_mfu": summaries["xsa"]["mfu"],
+        "baseline_mfu_datasheet": summaries["baseline"]["mfu_datasheet"],
+        "xsa_mfu_datasheet": summaries["xsa"]["mfu_datasheet"],
+        "matmul_peak_flops": peak,
+        "datasheet_peak_flops": sheet,
+        "matmul_peak_dtype": bench["peak_dtype"],
+        "mfu_clock": "process CPU time" if dev.type == "cpu" else "wall time",
+        "peak_mem_bytes": (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else peak_rss_bytes()),
+        "peak_mem_kind": ("per arm: max over steps of CUDA max_memory_allocated within the step minus "
+                          "allocated at its start; peak_mem_bytes: process total, both arms resident"
+                          if dev.type == "cuda" else
+                          "process peak RSS (both arms resident; no per-arm split on CPU)"),
+        "arms": summaries,
+        "loss_curves": {name: arm.losses for name, arm in arms.items()},
+        "provenance": provenance(config_hash=cfg.config_hash(), seed=bench["seed"], device=device_name(dev),
+                                 wall_time_s=round(time.time() - bench["t_start"], 3),
+                                 extra={"xsa_config_hash": xsa.cfg.config_hash()}),
+    }
 
 
 def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: int = 20, warmup: int = 5,
@@ -201,78 +266,22 @@ def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: 
     """Benchmark two runs (default: `default_runs(preset)`) step by step; returns the result record
     (see module docstring), and writes it to `out` as rounds arrive (every 10 measured rounds, then
     complete), so a benchmark stopped early still leaves what it measured."""
-    from tqdm import tqdm
-
-    from xsa.common import autodetect_device, device_name
-    from xsa.records import atomic_write_json, provenance
-
     if steps < 1 or warmup < 0 or train_steps < 0:
         raise ValueError(f"steps ({steps}) must be >= 1, warmup ({warmup}) and train_steps ({train_steps}) >= 0")
     t_start = time.time()
     with torch_threads(threads):
         dev = autodetect_device(device)
         runs = runs or default_runs(preset, seed, **(overrides or {}))
-        arms = {name: Arm(name, run, dev, seed) for name, run in zip(ARMS, runs)}
-        base, xsa = arms["baseline"], arms["xsa"]
+        arms = {name: TimedArm(name, run, dev, seed) for name, run in zip(ARMS, runs)}
+        base = arms["baseline"]
         cfg = base.cfg
         B, T, V = cfg.device_batch_size, cfg.model.sequence_len, cfg.model.vocab_size
         accum = base.step_fn.cfg.total_batch_size // (B * T)
         tokens_per_step = accum * B * T
         peak, peak_dtype = matmul_peak_flops(dev)
-        sheet = datasheet_peak_flops(dev)
-
-        def record(complete: bool) -> dict:
-            summaries = {name: arm_summary(arm, tokens_per_step, peak, sheet) for name, arm in arms.items()}
-            return {
-                "preset": cfg.preset,
-                "complete": complete,
-                "runs": {name: arm.run.run_id for name, arm in arms.items()},
-                "device": device_name(dev),
-                "device_type": dev.type,
-                "compiled": base.step_fn.precision.compile,
-                "autocast": str(base.step_fn.precision.autocast).removeprefix("torch.") if base.step_fn.precision.autocast else None,
-                "model": dataclasses.asdict(cfg.model),  # the baseline's; the xsa arm differs only in:
-                "xsa_arm": {k: getattr(xsa.cfg.model, k) for k in ("xsa_alpha", "xsa_layers", "xsa_value")},
-                # each arm's fields where it differs from its preset (the run ids spell them out)
-                "arm_overrides": {name: dict(arm.run.overrides) for name, arm in arms.items()},
-                "device_batch_size": B,
-                "seq_len": T,
-                "grad_accum": accum,
-                "tokens_per_step": tokens_per_step,
-                "warmup_steps": warmup,
-                "measured_steps": len(base.times),
-                "train_steps_extra": train_steps,
-                "order": "ABBA (baseline first on even rounds, xsa first on odd rounds)",
-                "data": "synthetic copy task (Zipf-random half, then the same half), the same batch for both arms",
-                "lr": "initial lr of each param group, constant",
-                "baseline_tok_per_s": summaries["baseline"]["tok_per_s"],
-                "xsa_tok_per_s": summaries["xsa"]["tok_per_s"],
-                "baseline_step_time_median_s": summaries["baseline"]["step_time_median_s"],
-                "xsa_step_time_median_s": summaries["xsa"]["step_time_median_s"],
-                **overhead_stats(base.times, xsa.times),
-                **({f"cpu_time_{k}": v for k, v in overhead_stats(base.cpu_times, xsa.cpu_times).items()}
-                   if dev.type == "cpu" else {}),
-                "threads": torch.get_num_threads(),
-                "baseline_mfu": summaries["baseline"]["mfu"],
-                "xsa_mfu": summaries["xsa"]["mfu"],
-                "baseline_mfu_datasheet": summaries["baseline"]["mfu_datasheet"],
-                "xsa_mfu_datasheet": summaries["xsa"]["mfu_datasheet"],
-                "matmul_peak_flops": peak,
-                "datasheet_peak_flops": sheet,
-                "matmul_peak_dtype": peak_dtype,
-                "mfu_clock": "process CPU time" if dev.type == "cpu" else "wall time",
-                "peak_mem_bytes": (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else peak_rss_bytes()),
-                "peak_mem_kind": ("per arm: max over steps of CUDA max_memory_allocated within the step minus "
-                                  "allocated at its start; peak_mem_bytes: process total, both arms resident"
-                                  if dev.type == "cuda" else
-                                  "process peak RSS (both arms resident; no per-arm split on CPU)"),
-                "arms": summaries,
-                "loss_curves": {name: arm.losses for name, arm in arms.items()},
-                "provenance": provenance(config_hash=cfg.config_hash(), seed=seed, device=device_name(dev),
-                                         wall_time_s=round(time.time() - t_start, 3),
-                                         extra={"xsa_config_hash": xsa.cfg.config_hash()}),
-            }
-
+        bench = dict(device=dev, peak=peak, peak_dtype=peak_dtype, sheet=datasheet_peak_flops(dev), accum=accum,
+                     tokens_per_step=tokens_per_step, warmup=warmup, train_steps=train_steps, seed=seed,
+                     t_start=t_start)
         gen = torch.Generator().manual_seed(seed)
         rounds = warmup + steps + train_steps
         for r in tqdm(range(rounds), desc=f"throughput {cfg.preset}", disable=not progress):
@@ -282,8 +291,8 @@ def run_throughput(preset: str | None = None, runs: tuple | None = None, steps: 
             for name in order:
                 arms[name].step(r, micro, timed)
             if out is not None and timed and (r - warmup + 1) % 10 == 0 and r + 1 < warmup + steps:
-                atomic_write_json(out, record(complete=False))
-        result = record(complete=True)
+                atomic_write_json(out, _record(arms, bench, complete=False))
+        result = _record(arms, bench, complete=True)
         if out is not None:
             atomic_write_json(out, result)
         return result
@@ -296,7 +305,6 @@ def _pct(result: dict, key: str) -> str:
 
 def plot_throughput(result: dict, out_dir, name: str):
     """Step times of both arms by round (left: drift shows, pairs line up) and their loss curves (right)."""
-    from xsa.report.figures import new_figure, save_figure
     fig, axes = new_figure(ncols=2, figsize=(9, 3.2))
     ax_t, ax_l = axes[0]
     for i, arm in enumerate(ARMS):
@@ -320,13 +328,11 @@ def plot_throughput(result: dict, out_dir, name: str):
 
 
 def main(argv=None):
-    from xsa.config import PRESETS, ConfigError
-    from xsa.records import REPO_ROOT
     p = argparse.ArgumentParser(prog="python -m xsa.throughput", description=(
         "Step time, tokens/s, peak memory and MFU of the study's baseline (no XSA layer) and XSA arm "
         "(alpha=1, every layer), alternated in one process, with the XSA overhead ratio and a bootstrap "
         "95%% CI. Results are written as they arrive."))
-    p.add_argument("--preset", required=True, help=f"a preset of xsa/config.py ({', '.join(PRESETS)})")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/presets.py ({', '.join(PRESETS)})")
     p.add_argument("--steps", type=int, default=20, help="measured steps per arm after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="discarded warm-up steps per arm (default 5)")
     p.add_argument("--train-steps", type=int, default=0,
@@ -346,7 +352,7 @@ def main(argv=None):
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     args = p.parse_args(argv)
     try:
-        sets, vs = _fields(args.set, "--set"), _fields(args.vs, "--vs")
+        sets, vs = parse_overrides(args.set, "--set"), parse_overrides(args.vs, "--vs")
     except ValueError as e:
         p.error(str(e))
     if args.preset not in PRESETS:
@@ -382,25 +388,8 @@ def main(argv=None):
     print(f"wrote {out}")
 
 
-def _fields(pairs: list[str], flag: str) -> dict:
-    """FIELD=VALUE strings -> {field: value}, each value read as JSON where it parses (true, 512,
-    0.5) and as a string otherwise (all, last:2)."""
-    import json
-    out = {}
-    for pair in pairs:
-        name, eq, value = pair.partition("=")
-        if not eq or not name:
-            raise ValueError(f"{flag}: expected FIELD=VALUE, got {pair!r}")
-        try:
-            out[name] = json.loads(value)
-        except json.JSONDecodeError:
-            out[name] = value
-    return out
-
-
 def _writable(folder: Path) -> bool:
     """Whether files can be created in `folder` (made if missing)."""
-    import os
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:

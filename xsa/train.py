@@ -2,7 +2,13 @@
 Train one run: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on a data subset.
 
     python -m xsa.train --preset cpu-w64-d4 --alpha 1                 # -> results/runs/cpu-w64-d4_xsa1_s0
+    python -m xsa.train --preset cpu-w64-d4 --set cpu_compile=true --set matrix_lr=0.08 --alpha 1 --seed 100
+                                                 # -> results/runs/cpu-w64-d4_xsa1-compiled-mlr0.08_s100
     torchrun --nproc_per_node=8 -m xsa.train --preset d12        (DDP: nccl on CUDA, gloo on CPU)
+
+`--set FIELD=VALUE` sets any config field (xsa/config.py), so every run of a study can be trained by
+hand: the run id, and so the folder, comes from the preset, the fields set and the seed (xsa/spec.py;
+`Run.command()` prints a run's command).
 
 Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss
 of the batch of update s (computed before that update); the first logged step is 1. Step 0 carries
@@ -15,8 +21,9 @@ peak, as nanochat; None on CPU), and on eval steps val_bpb and diag (attention d
 4-row validation batch, see xsa/diagnostics.py). train_loss_ema is an EMA (beta 0.9) of every
 step's train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
 
-Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32, eager) are detected automatically
-(the precision policy of xsa/step.py). CPU runs resume bit-exactly (at the same thread count): the
+Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32; compiled with cpu_compile=true, as
+every run of the robust study trains, else eager) are detected automatically (the precision policy
+of xsa/step.py). CPU runs resume bit-exactly (at the same thread count): the
 data loader is a pure function of (seed, step, micro-batch), and checkpoints hold the model,
 optimizers, loop values and RNG states.
 """
@@ -28,7 +35,6 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -37,16 +43,23 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from xsa import checkpoint as ckpt
 from xsa.bpb import evaluate_bpb
 from xsa.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
-from xsa.config import PRESETS, ConfigError, TrainConfig
+from xsa.config import ConfigError, TrainConfig
+from xsa.data import data_dir as default_data_dir, ensure_data
+from xsa.data.build import COMPLETE
+from xsa.data.loader import TokenLoader, val_batches
+from xsa.data.shards import MANIFEST
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
-from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
+from xsa.presets import PRESETS
+from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, sha256_file
 from xsa.runlock import RunFolderBusy, own_run
-from xsa.runlog import finished_summary, kept_log
+from xsa.runlog import check_run_dir, finished_summary, kept_log
+from xsa.spec import Run, arm_record, parse_overrides
 from xsa.step import Step
 
 EMA_BETA = 0.9
@@ -55,53 +68,6 @@ DIAG_ROWS = 4  # validation rows of the attention diagnostics logged at every ev
 
 class TrainingDiverged(RuntimeError):
     """The loss or the weights became NaN/inf; training stopped, the last good checkpoint is intact."""
-
-
-# -----------------------------------------------------------------------------
-# The run folder
-
-def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    diffs = []
-    for k in sorted(set(a) | set(b)):
-        if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
-            diffs += _config_diff(a[k], b[k], f"{prefix}{k}.")
-        elif a.get(k) != b.get(k):
-            diffs.append(f"{prefix}{k} (saved {a.get(k)!r}, given {b.get(k)!r})")
-    return diffs
-
-
-def _check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> dict | None:
-    """Validate the run folder before anything is written; return the saved config.json on resume."""
-    cfg_path = out / "config.json"
-    if resume:
-        if not cfg_path.exists():
-            raise FileNotFoundError(f"resume: {cfg_path} not found, there is no run to resume in {out}")
-        saved = read_json(cfg_path)
-        # by value: fields the record predates read at their defaults (TrainConfig.from_dict)
-        diffs = _config_diff(TrainConfig.from_dict(saved, str(cfg_path)).to_dict(), cfg.to_dict())
-        if diffs:
-            raise ConfigError(f"resume: the config differs from {cfg_path}: " + "; ".join(diffs))
-        metrics = out / "metrics.jsonl"
-        trained = (out / "summary.json").exists() or (
-            metrics.exists() and any(r.get("step", 0) > 0 for r in read_jsonl(metrics)))
-        if trained and not ckpt.state_path(out).exists():
-            # never restart a trained run from step 0 behind the user's back
-            raise FileNotFoundError(f"resume: {ckpt.state_path(out)} is missing, so {out} cannot be resumed; "
-                                    "pass --overwrite instead of --resume to train it again from step 0")
-        return saved
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"out: {out} is a file, not a run folder")
-    if out.exists() and any(out.iterdir()):
-        if not cfg_path.exists():  # not ours, or damaged: never deleted, and no advice that loops
-            raise FileExistsError(f"out: {out} is not empty and is not a run folder (no config.json); "
-                                  "nothing was changed: choose another --out, or move the folder away")
-        if not overwrite:
-            raise FileExistsError(f"out: run folder {out} already exists; pass --overwrite to replace it "
-                                  "or --resume to continue it (nothing was changed)")
-    parent = next(p for p in (out, *out.parents) if p.exists())
-    if not os.access(parent, os.W_OK):
-        raise PermissionError(f"out: cannot write to {parent} (read-only)")
-    return None
 
 
 def _barrier(is_ddp: bool):
@@ -124,6 +90,44 @@ class Loop:
     @classmethod
     def from_dict(cls, d: dict) -> "Loop":
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+class Timers:
+    """The loop's clocks. The run's wall and CPU time (every process, added to the Loop at each
+    checkpoint and at the end); and the time of the steps since the last log line on the wall clock
+    and on `clock` (the device clock, CPU time on CPU: MFU's), each less the pauses (evaluation,
+    checkpoints) measured on the same clock, since a loaded CPU gives out CPU time slower than wall time."""
+
+    def __init__(self, device):
+        self.device = device
+        self.run_wall, self.run_cpu = time.time(), time.process_time()
+        self.start_log()
+
+    def start_log(self) -> None:
+        self.log_wall, self.log_clock = time.perf_counter(), clock(self.device)
+        self.paused_wall = self.paused_clock = 0.0
+
+    def since_log(self) -> tuple[float, float]:
+        """(wall seconds, device-clock seconds) of training since the last log line."""
+        return (time.perf_counter() - self.log_wall - self.paused_wall,
+                clock(self.device) - self.log_clock - self.paused_clock)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Time inside is not training time."""
+        wall, device_clock = time.perf_counter(), clock(self.device)
+        try:
+            yield
+        finally:
+            self.paused_wall += time.perf_counter() - wall
+            self.paused_clock += clock(self.device) - device_clock
+
+    def add_run_time(self, loop: Loop) -> None:
+        """Add the wall and CPU time since the last call to the loop's totals."""
+        now_wall, now_cpu = time.time(), time.process_time()
+        loop.wall_time_s += now_wall - self.run_wall
+        loop.cpu_time_s += now_cpu - self.run_cpu
+        self.run_wall, self.run_cpu = now_wall, now_cpu
 
 
 # -----------------------------------------------------------------------------
@@ -162,18 +166,14 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
 def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
     """Check the run folder and the data on every rank before rank 0 writes anything; return
     (saved config.json or None, data folder, tokenizer)."""
-    from xsa.data import ensure_data
-    from xsa.data.tokenizer import Tokenizer
     rows = cfg.device_batch_size * cfg.model.sequence_len * world
     if cfg.total_batch_size % rows != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
                           f"* sequence_len * world_size ({cfg.device_batch_size} * {cfg.model.sequence_len} * {world})")
-    saved = _check_run_dir(out, cfg, resume, overwrite)
+    saved = check_run_dir(out, cfg, resume, overwrite)
     if data_dir is None and saved is not None:
         data_dir = saved.get("data_dir")
     if is_ddp:  # never build under torchrun: the other ranks would wait at a barrier with a timeout
-        from xsa.data import data_dir as default_data_dir
-        from xsa.data.build import COMPLETE
         path = Path(data_dir) if data_dir else default_data_dir(cfg.data)
         if not (path / COMPLETE).exists():
             raise FileNotFoundError(f"data: {path} is not built; under torchrun build it first, in its own step: "
@@ -185,11 +185,7 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
     if rank != 0:
         data_dir = ensure_data(cfg.data, data_dir=data_dir, verify=False)
     data_dir = Path(data_dir)
-    tokenizer = Tokenizer.from_data_dir(data_dir)
-    if tokenizer.vocab_size != cfg.model.vocab_size:
-        raise ConfigError(f"vocab_size: the tokenizer in {data_dir} has {tokenizer.vocab_size} tokens, "
-                          f"the config has {cfg.model.vocab_size}")
-    return saved, data_dir, tokenizer
+    return saved, data_dir, ckpt.checked_tokenizer(data_dir, cfg, "the config")
 
 
 def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) -> None:
@@ -207,7 +203,6 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
     """evaluate(diag) -> {"val_bpb", and on rank 0 where diag "diag"}: bpb on the fixed validation
     stream (each rank takes every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
     rows (at every cfg.diag_every-th evaluation: they cost a forward pass of their own)."""
-    from xsa.data.loader import val_batches
     B, T = cfg.device_batch_size, cfg.model.sequence_len
     diag_x = None
     if rank == 0:
@@ -228,8 +223,6 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
 def data_fingerprint(data_dir: Path) -> str:
     """sha256 of the data folder's manifest, which lists the size and sha256 of every file the run
     read (tokenizer, token shards): equal fingerprints, equal data."""
-    from xsa.data.shards import MANIFEST
-    from xsa.records import sha256_file
     return sha256_file(Path(data_dir) / MANIFEST)
 
 
@@ -238,31 +231,31 @@ def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
                             f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
 
 
-def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
-    from tqdm.auto import tqdm
-    from xsa.data.loader import TokenLoader
+def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
+    """(model, its training step, the step to start from, the loop's values): the model initialised
+    on the CPU from the seed (every device starts from the same weights), or the checkpoint's state."""
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.model)
+    model.init_weights()
+    model.to(device)
+    step_fn = Step(model, cfg, device)
+    if saved is None or not ckpt.state_path(out).exists():
+        return model, step_fn, 0, Loop()
+    step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
+    print0(f"resuming {out} at step {step}")
+    return model, step_fn, step, Loop.from_dict(loop_state)
 
-    # open the run: folder, data, tokenizer
-    t_wall, t_cpu = time.time(), time.process_time()
+
+def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
+    # open the run (folder, data, tokenizer), then build the model, its step, the loader and the evaluator
+    timers = Timers(device)
     saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world)
     if saved is not None and (done := finished_summary(out, cfg)) is not None:
         print0(f"{out}: already trained to its horizon ({cfg.num_iterations} steps); nothing was changed")
         return done
     B, T = cfg.device_batch_size, cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
-
-    # build: the model (initialised on the CPU from the seed, so every device starts from the same
-    # weights), its training step, the loader and the evaluator
-    torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model)
-    model.init_weights()
-    model.to(device)
-    step_fn = Step(model, cfg, device)
-    step, loop = 0, Loop()
-    if saved is not None and ckpt.state_path(out).exists():
-        step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
-        loop = Loop.from_dict(loop_state)
-        print0(f"resuming {out} at step {step}")
+    model, step_fn, step, loop = _start_model(cfg, out, saved, device)
     redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
         _start_log(out, cfg, saved, data_dir, step)
@@ -285,8 +278,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
 
     # the loop: one update per iteration; the logged loss is the only host sync of a plain step
     pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
-    first, since_log, paused, paused_c = step, 0, 0.0, 0.0  # pauses on each clock: wall, `clock`
-    t_last, c_last = time.perf_counter(), clock(device)
+    first, since_log = step, 0
+    timers.start_log()
     while step < end:
         loss = step_fn(step, (loader.get(step, m) for m in range(grad_accum)), grad_accum)
         step, since_log = step + 1, since_log + 1
@@ -300,8 +293,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
             loop.train_loss = loss.item()
             if not math.isfinite(loop.train_loss):
                 raise _diverged(f"train loss is {loop.train_loss}", step, out)
-            dt, dc = time.perf_counter() - t_last - paused, clock(device) - c_last - paused_c
-            tokens = since_log * cfg.total_batch_size
+            (dt, dc), tokens = timers.since_log(), since_log * cfg.total_batch_size
             if step - since_log > first:  # the first update of a process includes warm-up
                 loop.train_time_s, loop.train_clock_s = loop.train_time_s + dt, loop.train_clock_s + dc
                 loop.timed_tokens += tokens
@@ -310,38 +302,33 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                           mfu=mfu(flops_per_token, tokens, dc, peak, world),
                           mfu_datasheet=mfu(flops_per_token, tokens, dc, sheet, world))
             pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
-            t_last, c_last, since_log, paused, paused_c = time.perf_counter(), clock(device), 0, 0.0, 0.0
-        # evaluation and checkpoints are not training time; on CPU `clock` is CPU time, which a loaded
-        # machine gives out slower than wall time, so each clock subtracts its own pause
-        t_pause, c_pause = time.perf_counter(), clock(device)
-        if step % cfg.eval_every == 0 or step == end:
-            record.update(evaluate(diag=(step // cfg.eval_every) % cfg.diag_every == 0 or step == end))
-            loop.val_bpb = record["val_bpb"]
-            if progress and rank == 0:
-                pbar.write(f"step {step}: val bpb {loop.val_bpb:.4f}")
-        if len(record) > 1:
-            write(record)
-        if step % cfg.checkpoint_every == 0 or step == end:
-            # never save non-finite weights over a good checkpoint (a NaN may appear between log steps)
-            if not torch.stack([p.isfinite().all() for p in model.parameters()]).all():
-                raise _diverged("non-finite weights", step, out)
-            loop.ema = ema.item()
-            t_wall, t_cpu = _add_times(loop, t_wall, t_cpu)
-            # every rank: Muon's state is gathered from the owner ranks; rank 0 writes the file
-            ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
-                                     loop_state=asdict(loop), config=cfg)
-        paused, paused_c = paused + time.perf_counter() - t_pause, paused_c + clock(device) - c_pause
+            timers.start_log()
+            since_log = 0
+        with timers.paused():  # evaluation and checkpoints are not training time
+            if step % cfg.eval_every == 0 or step == end:
+                record.update(evaluate(diag=(step // cfg.eval_every) % cfg.diag_every == 0 or step == end))
+                loop.val_bpb = record["val_bpb"]
+                if progress and rank == 0:
+                    pbar.write(f"step {step}: val bpb {loop.val_bpb:.4f}")
+            if len(record) > 1:
+                write(record)
+            if step % cfg.checkpoint_every == 0 or step == end:
+                _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg)
     pbar.close()
-    _add_times(loop, t_wall, t_cpu)
+    timers.add_run_time(loop)
     return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp)
 
 
-def _add_times(loop: Loop, t_wall: float, t_cpu: float) -> tuple[float, float]:
-    """Add the wall and CPU time since (t_wall, t_cpu) to the loop's totals; return the new marks."""
-    now_wall, now_cpu = time.time(), time.process_time()
-    loop.wall_time_s += now_wall - t_wall
-    loop.cpu_time_s += now_cpu - t_cpu
-    return now_wall, now_cpu
+def _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg) -> None:
+    """Save the training state (every rank: Muon's state is gathered from the owner ranks; rank 0
+    writes the file), never non-finite weights over a good checkpoint (a NaN may appear between log
+    steps)."""
+    if not torch.stack([p.isfinite().all() for p in model.parameters()]).all():
+        raise _diverged("non-finite weights", step, out)
+    loop.ema = ema.item()
+    timers.add_run_time(loop)
+    ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
+                             loop_state=asdict(loop), config=cfg)
 
 
 def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp) -> dict:
@@ -350,8 +337,7 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         val_bpb=loop.val_bpb, steps=step, tokens=step * cfg.total_batch_size, num_iterations=cfg.num_iterations,
         complete=step == cfg.num_iterations,
         tok_per_s=loop.timed_tokens / loop.train_time_s if loop.train_time_s else None,
-        seed=cfg.seed, preset=cfg.preset, xsa_alpha=cfg.model.xsa_alpha, xsa_layers=cfg.model.xsa_layers,
-        xsa_value=cfg.model.xsa_value, optimizer=cfg.optimizer, config_hash=cfg.config_hash(),
+        seed=cfg.seed, preset=cfg.preset, **arm_record(cfg), optimizer=cfg.optimizer, config_hash=cfg.config_hash(),
         final_weights_sha256=ckpt.weights_sha256(model.state_dict()),
         learned_gates=model.learned_gates(),  # None without xsa_gate
         train_loss_final=loop.train_loss, wall_time_s=loop.wall_time_s, cpu_time_s=loop.cpu_time_s,
@@ -376,11 +362,26 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
 # -----------------------------------------------------------------------------
 # Command line
 
-def main(argv=None):
-    from xsa.spec import Run
+FLAGS = dict(alpha="xsa_alpha", xsa_layers="xsa_layers", xsa_value="xsa_value", optimizer="optimizer",
+             device_batch_size="device_batch_size")  # the flags that set a config field, by field
+
+
+def run_of_args(args) -> Run:
+    """The run a command line names: its preset, the fields its flags and --set give, its seed."""
+    sets = parse_overrides(args.set)
+    for name in ("preset", "seed"):
+        if name in sets:
+            raise ValueError(f"--set {name}=...: give it as --{name}")
+    flags = {field: getattr(args, flag) for flag, field in FLAGS.items() if getattr(args, flag) is not None}
+    both = sorted(set(flags) & set(sets))
+    if both:
+        raise ValueError(f"--set {both[0]}=...: also given by its own flag; give it once")
+    return Run.of(args.preset, seed=args.seed, **flags, **sets)
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m xsa.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help=f"a preset of xsa/config.py ({', '.join(PRESETS)})")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/presets.py ({', '.join(PRESETS)})")
     p.add_argument("--alpha", type=float, default=None,
                    help="XSA strength in [0, 1]; alone it applies to every layer (--alpha 0: the zero-strength "
                         "formula, a control; the baseline is --xsa-layers none, the default)")
@@ -389,6 +390,9 @@ def main(argv=None):
     p.add_argument("--xsa-value", default=None, choices=["mixed", "plain"],
                    help="project against the aggregated v (mixed, with value embedding) or c_v(x) alone (plain)")
     p.add_argument("--optimizer", default=None, choices=["muon", "adamw"], help="Muon+AdamW or AdamW alone")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any config field, e.g. cpu_compile=true, matrix_lr=0.08, xsa_gate=true (repeatable; "
+                        "the value read as JSON where it parses, else as text)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
     p.add_argument("--device-batch-size", type=int, default=None,
                    help="rows per micro-batch (default: the preset's; the total batch stays, more micro-batches "
@@ -400,11 +404,14 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None, help="built data folder (default: the cache, built if missing)")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto-detect)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv=None):
+    p = parser()
     args = p.parse_args(argv)
     try:
-        overrides = dict(xsa_alpha=args.alpha, xsa_layers=args.xsa_layers, xsa_value=args.xsa_value,
-                         optimizer=args.optimizer, device_batch_size=args.device_batch_size)
-        run = Run.of(args.preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
+        run = run_of_args(args)
         out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
                         data_dir=args.data_dir, device=args.device, progress=not args.no_progress)

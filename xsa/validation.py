@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from xsa import config
 from xsa.config import GPTConfig
 from xsa.model import GPT, KVCache, xsa_project
+from xsa.optim import orthogonalize
 
 TINY = dict(sequence_len=32, vocab_size=97, n_layer=3, n_head=4, n_kv_head=4, n_embd=64)
 
@@ -120,9 +122,11 @@ def check_gqa_broadcast(seed: int = 5) -> Check:
                  "8 query heads over 2 KV heads, alpha 0.7")
 
 
-def check_kv_cache(seed: int = 6) -> Check:
-    """(d) decoding with a KV cache (a prefix chunk, then one token at a time) equals the full forward."""
-    model = random_model(seed, n_kv_head=2, xsa_alpha=1.0, xsa_layers="all")
+def check_kv_cache(seed: int = 6, variant: str = "xsa") -> Check:
+    """(d) decoding with a KV cache (a prefix chunk, then one token at a time) equals the full forward,
+    for one attention variant: run_checks runs it for every registered one (model.XSA_VARIANTS: a
+    variant may read the token's own value only, which this check holds it to)."""
+    model = random_model(seed, n_kv_head=2, xsa_alpha=1.0, xsa_layers="all", xsa_variant=variant)
     c = model.config
     idx = torch.randint(0, c.vocab_size, (2, 20), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
@@ -130,13 +134,13 @@ def check_kv_cache(seed: int = 6) -> Check:
         cache = KVCache(c.n_layer, 2, c.n_kv_head, c.n_embd // c.n_head, 20)
         parts = [model(idx[:, :12], kv_cache=cache)]
         parts += [model(idx[:, t:t + 1], kv_cache=cache) for t in range(12, 20)]
-    return Check("KV-cache decoding equals full forward", (torch.cat(parts, 1) - full).abs().max().item(), 1e-5,
-                 "GQA 4/2 heads, XSA alpha 1, prefix of 12 then 8 single tokens, max |logit difference|")
+    return Check(f"KV-cache decoding equals full forward ({variant})", (torch.cat(parts, 1) - full).abs().max().item(),
+                 1e-5, f"variant {variant}, GQA 4/2 heads, alpha 1, prefix of 12 then 8 single tokens, "
+                 "max |logit difference|")
 
 
 def check_muon_band(seed: int = 7) -> Check:
     """(f) after Muon's orthogonalisation (5 Polar Express steps) the singular values lie near 1."""
-    from xsa.optim import orthogonalize
     G = torch.randn(64, 128, generator=torch.Generator().manual_seed(seed))
     s = torch.linalg.svdvals(orthogonalize(G, steps=5, schedule="polar_express"))
     return Check("Muon orthogonalisation: singular values in [0.855, 1.145]", (s - 1).abs().max().item(), 0.145,
@@ -148,7 +152,9 @@ CHECKS = (check_alpha0_equals_standard, check_orthogonal, check_idempotent, chec
 
 
 def run_checks() -> list[Check]:
-    return [check() for check in CHECKS]
+    """Every check; the KV-cache check once per attention variant a config accepts."""
+    return [c for check in CHECKS
+            for c in ([check(variant=v) for v in config.XSA_VARIANTS] if check is check_kv_cache else [check()])]
 
 
 if __name__ == "__main__":

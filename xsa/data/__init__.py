@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 
 from xsa.common import cache_dir
+from xsa.data import build as builder  # the module: xsa.data.build stays the submodule
+from xsa.data.shards import check_files
 
 DATA_DIR_ENV = "XSA_DATA_DIR"
 
@@ -32,10 +34,8 @@ def ensure_data(subset: str, data_dir: str | os.PathLike | None = None, verify: 
     is not empty and not a data build is refused (xsa.data.build.DataDirError), never emptied.
     tokens: for ClimbMix, the training horizon the shards of a new build are sized for.
     """
-    from xsa.data.build import COMPLETE, build
-    from xsa.data.shards import check_files
     path = Path(data_dir).expanduser() if data_dir is not None else _subset_dir(subset)
-    if not (path / COMPLETE).exists():
-        build(subset, path, bundle=Path(bundle) if bundle else None, tokens=tokens)
+    if not (path / builder.COMPLETE).exists():
+        builder.build(subset, path, bundle=Path(bundle) if bundle else None, tokens=tokens)
     check_files(path, full=verify)
     return path

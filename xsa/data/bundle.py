@@ -81,7 +81,7 @@ def cached_bundle() -> Path:
 
 def download_bundle(dest: Path | None = None, url: str | None = None, retries: int = 3) -> Path:
     """Download and unpack the bundle once; a file lock keeps concurrent processes from racing."""
-    from filelock import FileLock
+    from filelock import FileLock  # lazy: optional dependency
 
     url = url or BUNDLE_URL
     dest = Path(dest or cached_bundle())

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from xsa.common import cache_dir
+from xsa.config import RECIPES
 from xsa.data.hub import download_parquet
+from xsa.presets import make_config
 
 BASE_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
 MAX_SHARD = 6542  # index of the last shard; it is held out for validation
@@ -66,7 +68,6 @@ def shards_for_tokens(tokens: float, chars_per_token: float | None = None, chars
 def preset_tokens(preset: str) -> int:
     """The largest training horizon (num_tokens) of `preset` over the recipes (a preset may be run
     under any of them), with the preset's defaults; raises ConfigError for an unknown preset."""
-    from xsa.config import RECIPES, make_config
     return max(make_config(preset, recipe=r).num_tokens for r in RECIPES)
 
 
@@ -133,7 +134,7 @@ def iter_documents(paths: Iterable[Path], batch_rows: int = 1024) -> Iterator[st
     """The `text` of every row of the given parquet files, in file and row order."""
     for path in paths:
         try:
-            import pyarrow.parquet as pq  # here: training on a built folder never needs pyarrow
+            import pyarrow.parquet as pq  # lazy: optional dependency; training on a built folder never needs pyarrow
             pf = pq.ParquetFile(path)
         except Exception as e:
             raise ValueError(f"ClimbMix shard {path} is not a readable parquet file ({e}); delete it to re-download") from e

@@ -17,8 +17,8 @@ from pathlib import Path
 def download_parquet(url: str, path: Path, hint: str, retries: int = 5, backoff: float = 2.0) -> Path:
     """`path`, downloaded first from `url` if it is not there. After `retries` failed attempts a
     RuntimeError names the URL, the last error and `hint` (how to supply the file offline)."""
-    import pyarrow.parquet as pq
-    from filelock import FileLock
+    import pyarrow.parquet as pq  # lazy: optional dependency
+    from filelock import FileLock  # lazy: optional dependency
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

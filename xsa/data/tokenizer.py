@@ -42,7 +42,7 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> "Tokenizer":
         """Learn vocab_size - len(SPECIAL_TOKENS) ranks (256 bytes + merges), then add the specials."""
-        import rustbpe
+        import rustbpe  # lazy: optional dependency
         n_ranks = vocab_size - len(SPECIAL_TOKENS)
         if n_ranks < 256:
             raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)}, got {vocab_size}")

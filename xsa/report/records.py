@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xsa.config import TrainConfig
 from xsa.records import check_steps, read_json, read_jsonl
-from xsa.spec import Arm, Run, config_from_record
+from xsa.spec import Arm, Run
 
 RECORDS = ("config", "summary", "eval", "diagnostics", "provenance")
 
@@ -26,7 +27,7 @@ def load_run(run_dir) -> dict:
     rec = {name: _maybe_json(run_dir / f"{name}.json") for name in RECORDS}
     metrics = run_dir / "metrics.jsonl"
     rec["metrics"] = check_steps(read_jsonl(metrics), metrics) if metrics.exists() else []
-    spec = Run.from_config(config_from_record(rec["config"]))
+    spec = Run.from_config(TrainConfig.from_dict(rec["config"]))
     rec.update(id=run_dir.name, dir=run_dir, spec=spec, arm=spec.arm.name, preset=spec.preset,
                variant=spec.arm.name[len(spec.preset) + 1:])  # the arm without its preset: base, xsa1, ...
     return rec

@@ -14,12 +14,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from xsa.predict import (TARGETS, Condition, condition, declared_seeds, fit, model_conditions)
-from xsa.prereg_scale import ANCHORS, SECONDARY
+import numpy as np
+
 from xsa.design import final_bpb
+from xsa.predict import ANCHORS, TARGETS, Condition, condition, declared_seeds, fit, model_conditions
 from xsa.records import read_json
+from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
+from xsa.study_scale import SECONDARY
 
 LEVELS = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8",
           "gate at width 64", "gate at 8 heads", "width 256, 128 steps", "width 256, 384 steps")
@@ -140,7 +143,6 @@ def scale_estimates(results: Path) -> dict:
 def _axis(ax, est, names, x_of, fit, fixed, xlabel, seed_effect, xlim):
     """One panel: the levels with their intervals, the fitted line along one axis (the others fixed),
     the seed paper's d12 effect as a dashed line."""
-    import numpy as np
     for name in names:
         e = est.get(name) or {}
         if e.get("value") is not None:
@@ -163,7 +165,6 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale"):
     """XSA's effect against tokens per parameter (one head of 64) and against heads (width 128), each
     level with its 95% interval, the model along that axis, and the d12 and d24 predictions with their
     95% prediction intervals at their own head counts."""
-    from xsa.report.figures import FULL, new_figure, save_figure
     fig, axes = new_figure(ncols=2, figsize=(FULL, 3.0), sharey=True)
     left, right = axes[0]
     fit = est.get("fit")

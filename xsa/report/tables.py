@@ -326,7 +326,8 @@ def throughput_table(tp: dict) -> list[dict]:
 
 def setup_table(study) -> list[dict]:
     """What each preset of the study trains (from the presets and the study, not from prose)."""
-    from xsa.config import PRESETS, make_config, scaling_params
+    from xsa.config import scaling_params
+    from xsa.presets import PRESETS, make_config
     rows = []
     for p in study.presets():
         c = make_config(p)

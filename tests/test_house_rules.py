@@ -1,0 +1,306 @@
+"""The house rules, checked on the package's source with the standard library's `ast`: no import
+runs back up the layers (xsa/layers.py), no import circle (imports inside functions count), no
+module over 450 lines, no function over 80, and an import inside a function only where it saves
+start-up time or keeps an optional dependency optional, with a comment on its line saying which.
+Each rule is also run on a small planted package that breaks it, so none of them can pass vacuously.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from xsa.layers import LAYERS, layer_of
+from xsa.records import REPO_ROOT
+
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+LAZY_REASONS = ("optional dependency", "start-up time")
+LAZY_COMMENT = re.compile(r"#\s*lazy:\s*(" + "|".join(LAZY_REASONS) + ")")
+
+# Known breaches, each to be removed when its module is rewritten; an entry that no longer breaks
+# its rule fails the test, so the list only shrinks.
+KNOWN = {
+    "module_lines": {"xsa.report.sections"},
+    "function_lines": {("xsa.gpu_check", "run_check")},
+    "upward": {("xsa.report.sections", "xsa.prereg")},
+    "circles": {("xsa.prereg", "xsa.report", "xsa.report.archive", "xsa.report.robust", "xsa.report.sections",
+                 "xsa.report.text")},
+    # modules whose imports inside functions are not yet moved to the top or given their reason
+    "lazy_modules": {"xsa.report", "xsa.report.archive", "xsa.report.figures", "xsa.report.integrity",
+                     "xsa.report.robust", "xsa.report.sections", "xsa.report.tables", "xsa.report.text",
+                     "xsa.gpu_check", "xsa.prereg", "xsa.studies", "xsa.optim",
+                     "xsa.evaluate.sandbox", "xsa.evaluate.launcher"},
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the imported module (the package itself for a name from its __init__)
+    line: int
+    lazy: bool  # inside a function
+    justified: bool  # a "# lazy: <reason>" comment on the statement's lines
+
+
+def package_modules(root: Path) -> dict[str, Path]:
+    """{dotted name: path} of every module of the package at `root` (its folder)."""
+    mods = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _type_checking_only(node) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _import_nodes(tree):
+    """(node, inside a function) for every import statement a running module can execute."""
+    def walk(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if _type_checking_only(child):
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, in_function
+            yield from walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+    yield from walk(tree, False)
+
+
+def _resolve(node, module: str, is_package: bool, known: set[str]) -> list[str]:
+    """The package modules an import statement loads by name."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            anchor = module.split(".") if is_package else module.split(".")[:-1]
+            anchor = anchor[:len(anchor) - (node.level - 1)]
+            base = ".".join(anchor + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    out = []
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            out.append(name)
+    return out
+
+
+def imports(mods: dict[str, Path]) -> list[Import]:
+    """Every import between modules of the package, with the packages a submodule import loads
+    implicitly (importing a.b.c runs a.b's __init__), except the importer's own packages."""
+    known, out = set(mods), []
+    for module, path in mods.items():
+        lines = path.read_text().splitlines()
+        for node, lazy in _import_nodes(ast.parse("\n".join(lines))):
+            text = " ".join(lines[node.lineno - 1:node.end_lineno])
+            justified = bool(LAZY_COMMENT.search(text))
+            for target in _resolve(node, module, path.name == "__init__.py", known):
+                parents = [".".join(target.split(".")[:i]) for i in range(1, target.count(".") + 1)]
+                for t in [target] + [p for p in parents if p in known and not module.startswith(p + ".")
+                                     and p != module]:
+                    if t != module:
+                        out.append(Import(module, t, node.lineno, lazy, justified))
+    return out
+
+
+def upward_imports(edges: list[Import], layers=LAYERS) -> set[tuple[str, str]]:
+    return {(e.source, e.target) for e in edges
+            if None not in (layer_of(e.source, layers), layer_of(e.target, layers))
+            and layer_of(e.target, layers) > layer_of(e.source, layers)}
+
+
+def unlayered(mods, layers=LAYERS) -> set[str]:
+    return {m for m in mods if layer_of(m, layers) is None}
+
+
+def circles(edges: list[Import]) -> set[tuple[str, ...]]:
+    """The import circles: each strongly connected set of more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        graph.setdefault(e.source, set()).add(e.target)
+        graph.setdefault(e.target, set())
+    index, low, stack, on_stack, found = {}, {}, [], set(), set()
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.add(tuple(sorted(group)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def long_modules(mods, limit=MAX_MODULE_LINES) -> dict[str, int]:
+    sizes = {m: len(p.read_text().splitlines()) for m, p in mods.items()}
+    return {m: n for m, n in sizes.items() if n > limit}
+
+
+def long_functions(mods, limit=MAX_FUNCTION_LINES) -> dict[tuple[str, str], int]:
+    out = {}
+    for m, p in mods.items():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    out[(m, node.name)] = n
+    return out
+
+
+def unjustified_lazy(mods) -> dict[str, list[int]]:
+    """{module: [line, ...]} of the imports inside functions (of any module, the standard library's
+    included) without a "# lazy: <reason>" comment on their lines."""
+    out: dict[str, set[int]] = {}
+    for m, p in mods.items():
+        lines = p.read_text().splitlines()
+        for node, lazy in _import_nodes(ast.parse("\n".join(lines))):
+            if lazy and not LAZY_COMMENT.search(" ".join(lines[node.lineno - 1:node.end_lineno])):
+                out.setdefault(m, set()).add(node.lineno)
+    return {m: sorted(v) for m, v in out.items()}
+
+
+# --- the package ---------------------------------------------------------------------------------
+
+MODS = package_modules(REPO_ROOT / "xsa")
+EDGES = imports(MODS)
+
+
+def test_every_module_has_a_layer():
+    assert unlayered(MODS) == set(), "place each in xsa/layers.py"
+
+
+def test_no_import_runs_back_up_the_layers():
+    up = upward_imports(EDGES)
+    assert up - KNOWN["upward"] == set()
+    assert KNOWN["upward"] - up == set(), "fixed: remove it from KNOWN"
+
+
+def test_no_import_circle():
+    found = circles(EDGES)
+    assert found - KNOWN["circles"] == set()
+    assert KNOWN["circles"] - found == set(), "fixed: remove it from KNOWN"
+
+
+def test_no_module_over_450_lines():
+    long = long_modules(MODS)
+    assert set(long) - KNOWN["module_lines"] == set(), long
+    assert KNOWN["module_lines"] - set(long) == set(), "fixed: remove it from KNOWN"
+
+
+def test_no_function_over_80_lines():
+    long = long_functions(MODS)
+    assert set(long) - KNOWN["function_lines"] == set(), long
+    assert KNOWN["function_lines"] - set(long) == set(), "fixed: remove it from KNOWN"
+
+
+def test_an_import_inside_a_function_says_why():
+    lazy = unjustified_lazy(MODS)
+    assert {m: v for m, v in lazy.items() if m not in KNOWN["lazy_modules"]} == {}, \
+        'move it to the top, or say "# lazy: optional dependency" or "# lazy: start-up time" on its line'
+    assert KNOWN["lazy_modules"] - set(lazy) == set(), "fixed: remove it from KNOWN"
+
+
+# --- each rule fails on a planted violation --------------------------------------------------------
+
+def _plant(tmp_path, files: dict[str, str]) -> dict[str, Path]:
+    for name, text in files.items():
+        path = tmp_path / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return package_modules(tmp_path / "pkg")
+
+
+PLANTED_LAYERS = (("low", ("pkg", "pkg.low", "pkg.sub.leaf")), ("high", ("pkg.high", "pkg.sub")))
+
+
+def test_planted_upward_import_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "low.py": "def f():\n    from pkg.high import g  # lazy: start-up time\n",
+                             "high.py": "from pkg import low\n"})
+    assert upward_imports(imports(mods), PLANTED_LAYERS) == {("pkg.low", "pkg.high")}
+
+
+def test_planted_upward_import_through_a_package_init_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "low.py": "import pkg.sub.leaf\n", "high.py": "",
+                             "sub/__init__.py": "", "sub/leaf.py": ""})
+    assert upward_imports(imports(mods), PLANTED_LAYERS) == {("pkg.low", "pkg.sub")}  # leaf itself is low
+
+
+def test_planted_module_without_a_layer_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "low.py": "", "elsewhere.py": ""})
+    assert unlayered(mods, PLANTED_LAYERS) == {"pkg.elsewhere"}
+
+
+def test_planted_circle_hidden_in_a_function_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "a.py": "from pkg import b\n",
+                             "b.py": "def f():\n    from . import a  # lazy: start-up time\n", "c.py": "from pkg import a\n"})
+    assert circles(imports(mods)) == {("pkg.a", "pkg.b")}
+
+
+def test_planted_circle_through_a_package_init_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "from pkg.sub.leaf import X\n", "sub/__init__.py": "",
+                             "sub/leaf.py": "from pkg import Y\nX = 1\n"})
+    assert circles(imports(mods)) == {("pkg", "pkg.sub.leaf")}
+
+
+def test_planted_type_checking_import_is_not_an_import(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                             "    from pkg import b\n", "b.py": "from pkg import a\n"})
+    assert circles(imports(mods)) == set()
+
+
+def test_planted_long_module_and_function_are_found(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    mods = _plant(tmp_path, {"__init__.py": "", "long.py": "def f():\n" + body + "\n" * 400,
+                             "short.py": "def g():\n" + body[:-len("    x79 = 79\n")]})
+    assert long_functions(mods) == {("pkg.long", "f"): MAX_FUNCTION_LINES + 1}
+    assert long_modules(mods) == {"pkg.long": MAX_FUNCTION_LINES + 1 + 400}
+
+
+def test_planted_lazy_import_without_a_reason_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "a.py": """\
+        import json
+
+
+        def ok():
+            import numpy  # lazy: optional dependency (training runs without it)
+            from pkg import b  # lazy: start-up time
+
+
+        def bad():
+            import os
+            from pkg import (
+                b)  # here: no reason given
+
+
+        class C:
+            def method(self):
+                import re
+        """, "b.py": ""})
+    assert unjustified_lazy(mods) == {"pkg.a": [10, 11, 17]}

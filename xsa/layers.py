@@ -1,0 +1,54 @@
+"""
+The package's layers, lowest first: a module imports modules of its own layer or of a layer below,
+never of a layer above, and no chain of imports comes back to where it started (imports inside
+functions count). tests/test_house_rules.py checks both, with the other house rules (module and
+function sizes, imports at the top of a module unless a comment says why not).
+
+A name ending in ".*" stands for every module of that package; a module in no layer is an error, so
+a new module is placed here when it is added.
+"""
+
+from __future__ import annotations
+
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # records on disk, hashing, paths, statistics, the figure style, run locks, the loss and bpb
+    ("foundation", ("xsa", "xsa.layers", "xsa.records", "xsa.common", "xsa.stats", "xsa.plot", "xsa.runlock",
+                    "xsa.archive", "xsa.loss", "xsa.bpb")),
+    # every field of a run's config, its checks and the recipes
+    ("configuration", ("xsa.config",)),
+    # the presets and make_config
+    ("presets", ("xsa.presets",)),
+    # one run: its name, its config and its output paths
+    ("runs", ("xsa.spec", "xsa.layout")),
+    # the model, the optimizer, one training step, checkpoints, a run folder's checks, the data
+    ("compute", ("xsa.model", "xsa.optim", "xsa.step", "xsa.checkpoint", "xsa.runlog", "xsa.data", "xsa.data.*")),
+    # the kinds of study and comparison, and the rules of an adaptive study
+    ("study kinds", ("xsa.study", "xsa.design")),
+    # the studies as data
+    ("studies", ("xsa.studies", "xsa.study_scale")),
+    # the scale study's model and prediction, read from run records (pre-registered with it)
+    ("analysis", ("xsa.predict",)),
+    # the stages that write run records, and the checks and benchmarks beside them
+    ("stages", ("xsa.train", "xsa.evaluate", "xsa.evaluate.*", "xsa.diagnostics", "xsa.throughput",
+                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.reproduce")),
+    # tables, figures, claims and sentences, read from run records
+    ("report", ("xsa.report", "xsa.report.*")),
+    # a study's pre-registration (its power analysis reads the pilot's records)
+    ("pre-registration", ("xsa.prereg", "xsa.prereg_scale")),
+    # the paper's export and its checks
+    ("paper", ("xsa.paper", "xsa.paper_checks")),
+    # the pipeline over the stage notebooks and its jobs
+    ("pipeline", ("xsa.jobs", "xsa.pipeline")),
+)
+
+
+def _matches(module: str, pattern: str) -> bool:
+    return module.startswith(pattern[:-1]) if pattern.endswith(".*") else module == pattern
+
+
+def layer_of(module: str, layers=LAYERS) -> int | None:
+    """The index of the layer `module` belongs to (0 is the lowest), None when it is in none."""
+    for i, (_, patterns) in enumerate(layers):
+        if any(_matches(module, p) for p in patterns):
+            return i
+    return None
