@@ -112,9 +112,52 @@ def damage_no_diagnostics(run):
     return "diagnostics.json: missing"
 
 
+def damage_eval_of_another_run(run):
+    shutil.copy(run.parent / "cpu-w64-d4_base_s3" / "eval.json", run / "eval.json")
+    return "eval.json: config hash"
+
+
+def damage_diagnostics_of_another_run(run):
+    shutil.copy(run.parent / "cpu-w64-d4_xsa0.5_s3" / "diagnostics.json", run / "diagnostics.json")
+    return "diagnostics.json: the record of run 'cpu-w64-d4_xsa0.5_s3'"
+
+
+def damage_nan_core_bpb(run):
+    edit_json(run / "eval.json", core_bpb=float("nan"))
+    return "eval.json: core_bpb is not finite"
+
+
+def damage_nan_diagnostic(run):
+    d = json.loads((run / "diagnostics.json").read_text())
+    d["layers"][1]["entropy"] = float("inf")
+    (run / "diagnostics.json").write_text(json.dumps(d))
+    return "diagnostics.json: layers.1.entropy is not finite"
+
+
+def damage_other_weights(run):
+    d = json.loads((run / "diagnostics.json").read_text())
+    d["weights_sha256"] = "0" * 64
+    (run / "diagnostics.json").write_text(json.dumps(d))
+    return "diagnostics.json: scored weights with sha256 0000"
+
+
+def damage_no_provenance(run):
+    (run / "provenance.json").unlink()
+    return "provenance.json: missing"
+
+
+def damage_middle_evaluations_removed(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    kept = [x for x in lines if json.loads(x)["step"] not in (96, 192)]
+    (run / "metrics.jsonl").write_text("".join(kept))
+    return "no evaluation at steps 96, 192"
+
+
 DAMAGES = [damage_nan_val_bpb, damage_torn_tail, damage_deleted, damage_empty_core, damage_incomplete,
            damage_doubled, damage_two_runs_mixed, damage_wrong_config, damage_nan_metric, damage_last_eval_lost,
-           damage_core_incomplete, damage_no_diagnostics]
+           damage_core_incomplete, damage_no_diagnostics, damage_eval_of_another_run,
+           damage_diagnostics_of_another_run, damage_nan_core_bpb, damage_nan_diagnostic, damage_other_weights,
+           damage_no_provenance, damage_middle_evaluations_removed]
 
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda f: f.__name__[7:])
@@ -135,6 +178,27 @@ def test_a_run_left_out_on_purpose_is_named(results, capsys):
     assert f"left out by choice, so in no number below: {RUN}" in report.summary_text(STUDY, built)
     with pytest.raises(report.RecordError, match="not a run of the study"):
         validate(STUDY, results, leave_out=["no-such-run"])
+
+
+def robust_primary_run() -> str:
+    robust = get_study("robust")
+    pair = robust.comparison(robust.primary)
+    return pair.b.run(robust.estimate_from).run_id
+
+
+@pytest.mark.parametrize("what", ["folder", "summary"])
+def test_a_declared_run_of_the_robustness_study_without_a_record_stops_the_paper(results, what, capsys):
+    run = robust_primary_run()
+    if what == "folder":
+        shutil.rmtree(results / "runs" / run)
+    else:
+        (results / "runs" / run / "summary.json").unlink()
+    problems = check_records(STUDY, results)
+    assert problems and all(run in p for p in problems), problems
+    with pytest.raises(report.RecordError, match="--interim"):
+        validate(STUDY, results)
+    assert check_records(STUDY, results, interim=True) == []  # an interim paper, when asked
+    assert validate(STUDY, results, leave_out=[run]) == [run]  # or left out on purpose, and named
 
 
 def test_reading_a_record_refuses_repeated_or_earlier_steps(tmp_path):

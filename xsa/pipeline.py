@@ -82,6 +82,7 @@ class Context:
     force: bool = False
     shard: tuple[int, int] = (0, 1)  # (K, N): this process runs job i when i % N == K
     leave_out: tuple[str, ...] = ()  # run ids the paper leaves out on purpose (it names them)
+    interim: bool = False  # the paper may read a robustness study still training (it says so)
 
     def mine(self, index: int) -> bool:
         return index % self.shard[1] == self.shard[0]
@@ -191,6 +192,8 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
                 for i, p in enumerate(s.throughput.get("presets", []))]
     if stage == "paper":
         chosen = dict(leave_out=list(ctx.leave_out)) if ctx.leave_out else {}  # the notebook's default: none
+        if ctx.interim:
+            chosen["interim"] = True
         return [Job(stage, study_name, dict(study=study_name, results_dir=str(lay.results),
                                             out_dir=str(lay.outputs), **chosen), [], always=True)]
     raise ValueError(f"stage: unknown stage {stage!r} (choose from {', '.join(STAGES)})")
@@ -401,16 +404,17 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
-                 force: bool = False, shard: str = "0/1", leave_out=()) -> dict:
+                 force: bool = False, shard: str = "0/1", leave_out=(), interim: bool = False) -> dict:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
     layout = Layout(Path(results).resolve(), Path(paper).resolve(), study)
     ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(),
-                  force, parse_shard(shard), tuple(leave_out or ()))
+                  force, parse_shard(shard), tuple(leave_out or ()), interim)
     if "paper" in stages:
         from xsa.paper_checks import check_paper_stage
-        check_paper_stage(ctx.study, layout.paper, ctx.leave_out)  # before any stage runs
+        from xsa.report.integrity import known_runs  # leave_out may name the robustness study's runs
+        check_paper_stage(ctx.study, layout.paper, ctx.leave_out, known_runs(ctx.study, layout.results))
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
           flush=True)
@@ -448,17 +452,25 @@ def main(argv=None) -> int:
                         "(an adaptive study declares more runs as records land: `make study` trains until 0)")
     p.add_argument("--leave-out", nargs="+", default=[], metavar="RUN_ID",
                    help="paper stage: leave these runs out on purpose (the paper names them); any other "
-                        "run with a missing or damaged record stops the paper")
+                        "run with a missing or damaged record stops the paper (runs of the study or of its "
+                        "robustness study)")
+    p.add_argument("--interim", action="store_true",
+                   help="paper stage: build while the robustness study still trains (its runs without a "
+                        "record are allowed, and its open rows say interim); by default every declared run "
+                        "must be whole")
     args = p.parse_args(argv)
     if args.status:
-        study = get_study(args.study, Path(args.results).resolve())
+        try:
+            study = get_study(args.study, Path(args.results).resolve())
+        except ValueError as e:
+            p.error(str(e))  # exit status 2, naming the study
         layout = Layout(Path(args.results).resolve(), Path(args.paper).resolve(), args.study)
         done = sum(trained(layout.run_dir(r)) for r in study.runs)
         print(f"study {args.study}: {done} of {len(study.runs)} declared runs trained", flush=True)
         return 0 if done == len(study.runs) else 3
     try:
         run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard,
-                     args.leave_out)
+                     args.leave_out, args.interim)
     except (StageError, ValueError) as e:
         print(f"pipeline stopped: {e}", file=sys.stderr)
         return 1
