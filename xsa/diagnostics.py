@@ -227,7 +227,7 @@ def check_rows(batch_size, batches) -> None:
 def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str | None = None) -> dict:
     """Per layer and head, every metric averaged over batch_size x batches validation rows (one
     forward per batch, in the precision policy of training)."""
-    from xsa.checkpoint import load_model
+    from xsa.checkpoint import load_model, weights_sha256
     from xsa.common import autodetect_device, device_name
     from xsa.records import provenance
     from xsa.step import Precision
@@ -244,6 +244,7 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
     return {
         "run": run_dir.name,
         "run_dir": str(run_dir),
+        "weights_sha256": weights_sha256(model.state_dict()),  # binds the record to the run's summary
         "preset": cfg.preset,
         "xsa_alpha": cfg.model.xsa_alpha,
         "xsa_layers": cfg.model.xsa_layers,
@@ -262,9 +263,8 @@ def write_diagnostics(run_dir, out=None, batch_size: int = 8, batches: int = 1, 
     """run_diagnostics, written to `out` (default RUN_DIR/diagnostics.json); returns the record."""
     from xsa.records import atomic_write_json
     check_rows(batch_size, batches)
-    out = Path(out) if out else Path(run_dir) / "diagnostics.json"
-    if out.is_dir():
-        raise ValueError(f"out: {out} is a folder, not a JSON file")
+    from xsa.records import check_out
+    out = check_out(Path(out) if out else Path(run_dir) / "diagnostics.json", "diagnostics")
     from xsa.runlock import own_run
     with own_run(run_dir, "diagnostics", shared=True):  # never beside a training of the folder
         result = run_diagnostics(run_dir, batch_size=batch_size, batches=batches, device=device)
@@ -336,7 +336,7 @@ def main(argv=None):
         p.error(f"--batches must be positive, got {args.batches}")
     from xsa.records import check_out
     try:  # a folder or an unwritable place first: --overwrite never replaces a folder
-        out = check_out(Path(args.out) if args.out else run_dir / "diagnostics.json")
+        out = check_out(Path(args.out) if args.out else run_dir / "diagnostics.json", "diagnostics")
     except ValueError as e:
         p.error(f"--{e}")
     if out.exists() and not args.overwrite:

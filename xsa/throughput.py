@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 from xsa.common import datasheet_peak_flops, matmul_peak_flops, mfu, sync
+from xsa.records import check_own
 
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
@@ -364,6 +365,10 @@ def main(argv=None):
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
     if out.is_dir() or not _writable(out.parent):
         p.error(f"--out: cannot write {out}")
+    try:  # never over a run folder's record or a record of another kind, --overwrite or not
+        check_own(out, "throughput")
+    except ValueError as e:
+        p.error(f"--{e}")
     overrides = {**sets, **{k: getattr(args, k) for k in ("device_batch_size", "total_batch_size") if getattr(args, k)}}
     try:
         runs = vs_runs(args.preset, vs, args.seed, **overrides) if vs else None
