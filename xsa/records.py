@@ -264,7 +264,7 @@ def check_own(path: Path, kind: str) -> None:
     for p in dict.fromkeys((path, path.resolve())):
         named = RUN_RECORDS.get(p.name)
         if named is not None and named != kind:
-            raise ValueError(f"out: {p} is a run folder's {named} record; a {kind} record is never "
+            raise ValueError(f"out: {p} is a run folder's {named} record; {kind} results are never "
                              "written there (choose another --out)")
     if not path.is_file():
         return
