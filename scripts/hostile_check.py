@@ -40,6 +40,8 @@ class Env:
         self.committed = tmp / "committed"
         shutil.copytree(REPO / "results" / "runs", self.committed / "runs")
         shutil.copytree(REPO / "results" / "throughput", self.committed / "throughput")
+        if (REPO / "results" / "archive").exists():
+            shutil.copytree(REPO / "results" / "archive", self.committed / "archive")
         self.n = 0
 
     def fresh(self) -> Path:

@@ -24,6 +24,7 @@ def committed(tmp_path_factory):
     root = tmp_path_factory.mktemp("committed")
     shutil.copytree(REPO_ROOT / "results" / "runs", root / "runs")
     shutil.copytree(REPO_ROOT / "results" / "throughput", root / "throughput")
+    shutil.copytree(REPO_ROOT / "results" / "archive", root / "archive")
     return root
 
 
@@ -199,6 +200,55 @@ def test_a_declared_run_of_the_robustness_study_without_a_record_stops_the_paper
         validate(STUDY, results)
     assert check_records(STUDY, results, interim=True) == []  # an interim paper, when asked
     assert validate(STUDY, results, leave_out=[run]) == [run]  # or left out on purpose, and named
+
+
+def nan_throughput(results):
+    edit_json(results / "throughput" / "cpu-w64-d4.json", overhead_ratio=float("nan"), overhead_ci95=[float("nan")] * 2)
+    return "cpu-w64-d4.json: overhead_ratio nan"
+
+
+def list_throughput(results):
+    (results / "throughput" / "cpu-w64-d8.json").write_text("[]")
+    return "cpu-w64-d8.json: empty or not a JSON dict"
+
+
+def deleted_throughput(results):
+    (results / "throughput" / "cpu-w64-d4.json").unlink()
+    return "cpu-w64-d4.json: missing"
+
+
+def changed_archive(results):
+    path = next((results / "archive" / "30bc3ae" / "runs").glob("cpu-d4_xsa1_s0")) / "summary.json"
+    edit_json(path, val_bpb=float("nan"))
+    return "cpu-d4_xsa1_s0/summary.json: not the bytes 30bc3ae holds"
+
+
+def deleted_archive_record(results):
+    (results / "archive" / "30bc3ae" / "runs" / "cpu-d8_base_s1" / "summary.json").unlink()
+    return "cpu-d8_base_s1/summary.json: missing"
+
+
+def extra_archive_run(results):
+    root = results / "archive" / "30bc3ae" / "runs"
+    shutil.copytree(root / "cpu-d8_base_s1", root / "cpu-d8_base_s7")
+    return "cpu-d8_base_s7: not a run of the archive"
+
+
+def handmade_gpu_folder(results):
+    """A folder named as a run of the GPU study, made by hand from a CPU run's records."""
+    shutil.copytree(results / "runs" / RUN, results / "runs" / "d12_base_s0")
+    return "d12_base_s0/config.json: not the config of d12_base_s0"
+
+
+@pytest.mark.parametrize("damage", [nan_throughput, list_throughput, deleted_throughput, changed_archive,
+                                    deleted_archive_record, extra_archive_run, handmade_gpu_folder],
+                         ids=lambda f: f.__name__)
+def test_every_other_input_of_the_paper_is_checked(results, damage):
+    expected = damage(results)
+    problems = check_records(STUDY, results)
+    assert any(expected in p for p in problems), problems
+    with pytest.raises(report.RecordError, match="nothing was written"):
+        validate(STUDY, results)
 
 
 def test_reading_a_record_refuses_repeated_or_earlier_steps(tmp_path):

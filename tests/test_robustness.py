@@ -163,6 +163,50 @@ def test_an_archived_study_is_restored_byte_for_byte_and_read_as_rows(tmp_path):
     assert missing[0]["status"] == "not restored" and "xsa.archive" in missing[0]["condition"]
 
 
+@pytest.mark.parametrize("commit", ["HEAD", "--help", "-x", "main", "30bc3ae~1", "1234567"])
+def test_the_archive_takes_only_a_declared_commit_hash(commit, tmp_path):
+    import subprocess
+    import sys
+
+    from xsa.records import REPO_ROOT
+    out = subprocess.run([sys.executable, "-m", "xsa.archive", f"--commit={commit}", "--results", str(tmp_path)],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--commit" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not (tmp_path / "archive").exists()
+
+
+def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partial_one(tmp_path, monkeypatch):
+    import subprocess
+
+    import xsa.archive as archive
+    from xsa.records import REPO_ROOT
+    from xsa.studies import EARLIER
+    if subprocess.run(["git", "cat-file", "-e", EARLIER.commit], cwd=REPO_ROOT).returncode != 0:
+        pytest.skip(f"this checkout's history does not hold {EARLIER.commit}")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(REPO_ROOT), str(clone)], check=True)
+    git = lambda *a: subprocess.run(["git", *a], cwd=clone, check=True, capture_output=True, text=True).stdout.strip()
+    rel = sorted(archive.manifest(EARLIER.commit))[0]
+    blob = git("rev-parse", f"{EARLIER.commit}:results/{rel}")
+    forged = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=clone, input='{"forged": 1}\n',
+                            capture_output=True, text=True, check=True).stdout.strip()
+    git("replace", blob, forged)
+    assert git("show", f"{EARLIER.commit}:results/{rel}") == '{"forged": 1}'  # what a plain git read gives
+    monkeypatch.setattr(archive, "REPO_ROOT", clone)
+    archive.restore(EARLIER.commit, tmp_path / "results")
+    root = tmp_path / "results" / archive.ARCHIVE / EARLIER.commit
+    assert (root / rel).read_bytes() == (REPO_ROOT / "results" / archive.ARCHIVE / EARLIER.commit / rel).read_bytes()
+    # a read that fails half-way (a corrupt object, say) leaves no archive at all
+    calls = iter(range(10**6))
+    real = archive._git
+    monkeypatch.setattr(archive, "_git", lambda *a: real(*a) if next(calls) < 5 else (_ for _ in ()).throw(
+        SystemExit("git show: fatal: corrupt object")))
+    with pytest.raises(SystemExit, match="corrupt object"):
+        archive.restore(EARLIER.commit, tmp_path / "again")
+    assert not (tmp_path / "again" / archive.ARCHIVE / EARLIER.commit).exists()
+    assert not list((tmp_path / "again" / archive.ARCHIVE).glob(".*"))
+
+
 def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_run():
     import subprocess
 

@@ -11,11 +11,24 @@ paper stage first checks every run the study declares:
 - metrics.jsonl is whole (no torn last line), its steps strictly increase (no duplicates, no two runs
   mixed in one file), every number in it is finite, and its last line is the evaluation at the
   horizon, the val bpb the summary reports;
+- metrics.jsonl holds the evaluation of every scheduled step (0, every eval_every, the horizon): a
+  log with evaluations removed would average a curve over fewer seeds under the old n;
+- provenance.json is there and of this config;
 - every run the study scores has a complete CORE record (eval.json: all tasks, a finite CORE);
-- diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values.
+- diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values;
+- eval.json and diagnostics.json are bound to the run: the run id they record (where they do), the
+  config hash of the run and the trained weights' sha256 (records written before it was recorded
+  carry none), and every number in them is finite (a record copied from another folder fails).
+
+The study's throughput records (one per preset it measures) are there, complete and finite; the
+GPU study's run folders, where there are any, are whole records of its declared runs (the GPU
+table reads them beside any paper). A study with a robustness table is checked with its adaptive
+study: every run that study declares is whole too (diagnostics aside: they need the weights, which
+only the machine that trained a run holds); an interim paper (`interim=True`) checks only the runs
+of that study that have a summary.
 
 Any failure raises RecordError listing every file and what is wrong with it. A run the user leaves
-out on purpose (`leave_out`) is not checked, and the paper names it.
+out on purpose (`leave_out`, of either study) is not checked, and the paper names it.
 """
 
 from __future__ import annotations
@@ -234,6 +247,59 @@ def _run_problems(study, run, run_dir: Path, diagnostics: bool = True) -> list[s
     return problems
 
 
+def throughput_problems(study, results_dir) -> list[str]:
+    """The study's throughput records (one per preset it measures): there, a JSON object of a complete
+    measurement, every number finite (an all-NaN record would read as an overhead 'supported')."""
+    problems: list[str] = []
+    for preset in study.throughput.get("presets", []):
+        path = Path(results_dir) / "throughput" / f"{preset}.json"
+        tp = _json(path, problems)
+        if tp is None:
+            continue
+        ci = tp.get("overhead_ci95")
+        if tp.get("complete") is not True:
+            problems.append(f"{path}: complete is {tp.get('complete')!r}, not true (stopped before its measured steps)")
+        if not _finite(tp.get("overhead_ratio")) or not (isinstance(ci, list) and len(ci) == 2):
+            problems.append(f"{path}: overhead_ratio {tp.get('overhead_ratio')!r} and overhead_ci95 {ci!r} are not "
+                            "a finite ratio and its interval")
+        if (bad := _non_finite(tp)) is not None:
+            problems.append(f"{path}: {bad} is not finite")
+    return problems
+
+
+def archive_problems(study, results_dir) -> list[str]:
+    """The archived studies the robustness table carries: each file as xsa/archive.sha256 records it
+    (a changed, NaN or missing record would change a row), and no run folder it does not list."""
+    from xsa.archive import ARCHIVE, manifest
+    from xsa.records import sha256_file
+    problems = []
+    for a in study.archived:
+        root, wanted = Path(results_dir) / ARCHIVE / a.commit, manifest(a.commit)
+        if not root.is_dir():
+            problems.append(f"{root}: missing (python -m xsa.archive --commit {a.commit} restores it)")
+            continue
+        for rel, digest in sorted(wanted.items()):
+            if not (root / rel).is_file():
+                problems.append(f"{root / rel}: missing (python -m xsa.archive --commit {a.commit} restores it)")
+            elif sha256_file(root / rel) != digest:
+                problems.append(f"{root / rel}: not the bytes {a.commit} holds (its sha256 differs from the manifest)")
+        runs = {rel.split("/")[1] for rel in wanted}
+        problems += [f"{d}: not a run of the archive of {a.commit}" for d in sorted((root / "runs").glob("*"))
+                     if d.name not in runs]
+    return problems
+
+
+def gpu_problems(study, results_dir) -> list[str]:
+    """The GPU study's run folders that are here (the GPU table reads them beside any study's paper):
+    each must be the whole record of its declared run."""
+    from xsa.studies import get_study
+    if study.name == "gpu":
+        return []
+    gpu, root = get_study("gpu"), Path(results_dir) / "runs"
+    return [p for run in gpu.runs if (root / run.run_id).exists()
+            for p in _run_problems(gpu, run, root / run.run_id, diagnostics=False)]
+
+
 def studies_checked(study, results_dir) -> list:
     """The study and the adaptive study its robustness table reads (declared from the records)."""
     from xsa.studies import get_study
@@ -263,7 +329,8 @@ def check_records(study, results_dir, leave_out=(), interim: bool = False) -> li
             runs = [r for r in runs if (root / r.run_id / "summary.json").exists()]
         for run in runs:
             problems += _run_problems(other, run, root / run.run_id, diagnostics=False)
-    return problems
+    return (problems + throughput_problems(study, results_dir) + archive_problems(study, results_dir)
+            + gpu_problems(study, results_dir))
 
 
 def check_present(study, results_dir) -> list[str]:
