@@ -180,3 +180,58 @@ def test_resume_on_a_read_only_disk_is_one_line_before_any_work(smoke_data, tmp_
     assert res.returncode == 2 and f"cannot write the lock of {ro / 'r'}" in res.stderr, res.stderr
     assert "Read-only file system" in res.stderr and "Traceback" not in res.stderr
     assert sorted((p.name, p.read_bytes()) for p in (ro / "r").iterdir() if p.is_file()) == before
+
+
+def test_one_lock_per_folder_through_a_symlink_and_after_its_lock_file_is_deleted(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (tmp_path / "link").symlink_to(out)
+    proc = holder(out)
+    try:
+        with pytest.raises(RunFolderBusy):  # the same folder by another path
+            with own_run(tmp_path / "link", "training"):
+                pass
+        lock_path(out).unlink()  # the lock file deleted under its holder: the folder is still held
+        with pytest.raises(RunFolderBusy):
+            with own_run(out, "training"):
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_lock_file_never_follows_a_symlink_nor_truncates_another_file(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "r"
+    lock_path(out).symlink_to(victim)
+    with pytest.raises(ValueError, match="is a symlink, not a lock file"):
+        with own_run(out, "training"):
+            pass
+    lock_path(out).unlink()
+    lock_path(out).write_text("precious\n")  # a file this code did not write: locked, never rewritten
+    with own_run(out, "training"):
+        pass
+    assert victim.read_text() == lock_path(out).read_text() == "precious\n"
+    lock_path(out).unlink()
+    os.link(victim, lock_path(out))  # a second name of another file
+    with pytest.raises(ValueError, match="not a lock file"):
+        with own_run(out, "training"):
+            pass
+    assert victim.read_text() == "precious\n"
+
+
+def test_overwrite_moves_the_old_folder_aside_and_a_killed_writes_temporary_is_removed(smoke_data, tmp_path):
+    from xsa.runlock import REPLACED
+    out = tmp_path / "r"
+    run(make_config("smoke", **QUIET), out, smoke_data, max_steps=2)
+    old = (out / "config.json").read_bytes()
+    (out / ".summary.json.x1y2.tmp").write_text("{")  # what a killed atomic write leaves
+    run(make_config("smoke", xsa_alpha=1.0, **QUIET), out, smoke_data, max_steps=2, overwrite=True)
+    aside = list((tmp_path / REPLACED).iterdir())
+    assert len(aside) == 1 and (aside[0] / "config.json").read_bytes() == old  # kept, not deleted
+    assert read_json(out / "config.json")["model"]["xsa_alpha"] == 1.0
+    run(make_config("smoke", xsa_alpha=1.0, **QUIET), out, smoke_data, max_steps=3, resume=True)
+    (out / ".metrics.jsonl.a.tmp").write_text("x")
+    run(make_config("smoke", xsa_alpha=1.0, **QUIET), out, smoke_data, max_steps=4, resume=True)
+    assert not list(out.glob(".*.tmp"))

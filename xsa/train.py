@@ -29,7 +29,6 @@ import itertools
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -45,7 +44,7 @@ from xsa.config import PRESETS, ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
 from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
-from xsa.runlock import RunFolderBusy, own_run
+from xsa.runlock import RunFolderBusy, hold_folder, move_aside, own_run
 from xsa.runlog import finished_summary, kept_log
 from xsa.step import Step
 
@@ -194,9 +193,9 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
 
 def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) -> None:
     """(rank 0) Write config.json; keep the metrics lines up to the checkpoint resumed from."""
-    if saved is None and out.exists():
-        shutil.rmtree(out)  # --overwrite of a run folder (checked above)
-    out.mkdir(parents=True, exist_ok=True)
+    if saved is None and out.exists() and any(out.iterdir()):
+        move_aside(out)  # --overwrite of a run folder (checked above): kept aside, never deleted
+    hold_folder(out)  # made and flocked: a deleted lock file lets no second training in
     atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
     # a killed run may have logged past its last checkpoint: drop those lines, they are redone
     kept, _ = kept_log(out, step) if saved is not None else ([], False)
