@@ -235,3 +235,24 @@ def test_overwrite_moves_the_old_folder_aside_and_a_killed_writes_temporary_is_r
     (out / ".metrics.jsonl.a.tmp").write_text("x")
     run(make_config("smoke", xsa_alpha=1.0, **QUIET), out, smoke_data, max_steps=4, resume=True)
     assert not list(out.glob(".*.tmp"))
+
+
+def test_a_resume_on_data_changed_since_the_checkpoint_stops_naming_it(smoke_data, tmp_path):
+    """The data rebuilt under a run (a shard changed and the manifest with it): the resume stops."""
+    import hashlib
+    data = tmp_path / "data"
+    shutil.copytree(smoke_data, data)
+    cfg = make_config("smoke", **{**QUIET, "eval_every": 10, "checkpoint_every": 10})
+    out = tmp_path / "r"
+    run(cfg, out, data, max_steps=10)
+    shard = sorted((data / "shards").glob("train_*.bin"))[0]
+    raw = bytearray(shard.read_bytes())
+    raw[100] ^= 1
+    shard.write_bytes(bytes(raw))
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["files"][f"shards/{shard.name}"]["sha256"] = hashlib.sha256(raw).hexdigest()
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    before = (out / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match=f"the data in {data} changed since"):
+        run(cfg, out, data, resume=True)
+    assert (out / "metrics.jsonl").read_bytes() == before  # nothing was changed

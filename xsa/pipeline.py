@@ -471,7 +471,7 @@ def main(argv=None) -> int:
     try:
         run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard,
                      args.leave_out, args.interim)
-    except (StageError, ValueError) as e:
+    except (StageError, ValueError, OSError) as e:  # an OSError (a full disk) names its file
         print(f"pipeline stopped: {e}", file=sys.stderr)
         return 1
     return 0

@@ -119,6 +119,7 @@ class Loop:
     cpu_time_s: float = 0.0  # CPU time of the whole run (this process's threads)
     val_bpb: float | None = None
     train_loss: float | None = None
+    data_sha256: str | None = None  # the data's fingerprint (data_fingerprint): a resume on other data stops
 
     @classmethod
     def from_dict(cls, d: dict) -> "Loop":
@@ -232,6 +233,17 @@ def data_fingerprint(data_dir: Path) -> str:
     return sha256_file(Path(data_dir) / MANIFEST)
 
 
+def _same_data(recorded: str | None, data_dir: Path, out: Path) -> str:
+    """The data's fingerprint, after checking a resumed run trained on the same data (a checkpoint
+    from before the fingerprint was kept has none: nothing to compare)."""
+    fingerprint = data_fingerprint(data_dir)
+    if recorded not in (None, fingerprint):
+        raise ValueError(f"resume: the data in {data_dir} changed since {ckpt.state_path(out)} was saved (manifest "
+                         f"sha256 {fingerprint[:12]}, the run trained on {recorded[:12]}); nothing was changed: "
+                         "restore the data the run trained on, or start it again with --overwrite")
+    return fingerprint
+
+
 def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
     return TrainingDiverged(f"training diverged: {what} at step {step}; stopped. The last good checkpoint "
                             f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
@@ -262,6 +274,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
         loop = Loop.from_dict(loop_state)
         print0(f"resuming {out} at step {step}")
+    loop.data_sha256 = _same_data(loop.data_sha256, data_dir, out)
     redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
         _start_log(out, cfg, saved, data_dir, step)
