@@ -256,3 +256,29 @@ def test_a_resume_on_data_changed_since_the_checkpoint_stops_naming_it(smoke_dat
     with pytest.raises(ValueError, match=f"the data in {data} changed since"):
         run(cfg, out, data, resume=True)
     assert (out / "metrics.jsonl").read_bytes() == before  # nothing was changed
+
+
+def test_no_command_writes_a_record_over_another_kind(tmp_path, capsys):
+    """CORE, diagnostics and throughput never write into a run folder's config, summary or
+    provenance (through a symlink neither), nor over a record of another kind, --overwrite or not."""
+    from xsa import diagnostics, throughput
+    from xsa.evaluate.run import check_merge_target
+    run_dir = tmp_path / "run"
+    shutil.copytree(REPO_ROOT / "results" / "runs" / "cpu-w64-d4_xsa1_s3", run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    (tmp_path / "alias.json").symlink_to(run_dir / "summary.json")
+    for name in ("config.json", "summary.json", "provenance.json", "diagnostics.json"):
+        with pytest.raises(ValueError, match=f"{name}"):
+            check_merge_target(run_dir / name)
+    with pytest.raises(ValueError, match="summary record"):
+        check_merge_target(tmp_path / "alias.json")
+    for argv in (["--preset", "smoke", "--out", str(run_dir / "summary.json"), "--overwrite"],
+                 ["--preset", "smoke", "--out", str(run_dir / "diagnostics.json"), "--overwrite"]):
+        with pytest.raises(SystemExit) as e:
+            throughput.main(argv)
+        assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        diagnostics.main(["--run", str(run_dir), "--out", str(run_dir / "provenance.json"), "--overwrite"])
+    assert e.value.code == 2 and "provenance record" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    check_merge_target(run_dir / "eval.json")  # its own record: merged into, as before
