@@ -1,7 +1,7 @@
 """
 A hostile user's session against the records, the run folders and the sandbox, on copies only.
 
-    PYTHONPATH=. python scripts/hostile_check.py [--code DIR] [--only records|folders|sandbox]
+    PYTHONPATH=. python scripts/hostile_check.py [--code DIR] [--only records|folders|sandbox|inputs]
 
 Each case damages a copy of the committed records, races or breaks a run folder (smoke preset),
 tries to forge or escape the HumanEval sandbox, or (inputs) feeds the paper a record that is not

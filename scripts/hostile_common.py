@@ -94,6 +94,7 @@ def slow_training(env: Env, out: Path, *extra, wait_lines: int = 2):
         time.sleep(0.1)
     return p
 
+
 ADD = {"prompt": 'def add(a, b):\n    """Add two numbers."""\n', "entry_point": "add",
        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"}
 
