@@ -333,12 +333,13 @@ def check_records(study, results_dir, leave_out=(), interim: bool = False) -> li
             + gpu_problems(study, results_dir))
 
 
-def check_present(study, results_dir) -> list[str]:
+def check_present(study, results_dir, leave_out=()) -> list[str]:
     """Every problem of the runs of a study in progress (an adaptive one) that have written a
-    summary: a run not started or still training is not a record yet, a run with a summary must be
-    whole (its diagnostics aside: they come at the end of a pass)."""
+    summary, those in leave_out aside: a run not started or still training is not a record yet, a
+    run with a summary must be whole (its diagnostics aside: they come at the end of a pass)."""
     root = Path(results_dir) / "runs"
-    return [p for run in study.runs if (root / run.run_id / "summary.json").exists()
+    return [p for run in study.runs if run.run_id not in set(leave_out or ())
+            and (root / run.run_id / "summary.json").exists()
             for p in _run_problems(study, run, root / run.run_id, diagnostics=False)]
 
 

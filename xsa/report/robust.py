@@ -283,7 +283,7 @@ def robustness(study, runs, results_dir, leave_out=(), interim: bool = False) ->
     from xsa.studies import get_study
     robust = get_study(study.robustness, results_dir)
     leave_out = set(leave_out or ())
-    problems = [p for p in check_present(robust, results_dir) if not any(r in p for r in leave_out)]
+    problems = check_present(robust, results_dir, leave_out)
     if not interim:
         problems += [f"{Path(results_dir) / 'runs' / r.run_id}: no summary.json (the study {robust.name!r} "
                      f"declares run {r.run_id})" for r in robust.runs if r.run_id not in leave_out
