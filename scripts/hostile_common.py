@@ -78,13 +78,15 @@ def train_cmd(out: Path, *extra):
 
 # the training CLI with every batch 0.2 s late, so that a second process surely meets it at work
 SLOW = ("import sys, time\nfrom xsa.data.loader import TokenLoader\nget = TokenLoader.get\n"
-        "TokenLoader.get = lambda self, *a: (time.sleep(0.2), get(self, *a))[1]\n"
+        "TokenLoader.get = lambda self, *a: (time.sleep(DELAY), get(self, *a))[1]\n"
         "from xsa.train import main\nsys.argv = ['python -m xsa.train', *sys.argv[1:]]\nmain()\n")
 
 
-def slow_training(env: Env, out: Path, *extra, wait_lines: int = 2):
-    """Start a slow training of the smoke preset into `out`; return once it has logged wait_lines."""
-    p = subprocess.Popen([sys.executable, "-c", SLOW, *train_cmd(out, *extra)[2:]], env=env.env, cwd=env.code,
+def slow_training(env: Env, out: Path, *extra, wait_lines: int = 2, delay: float = 0.2):
+    """Start a slow training of the smoke preset into `out` (each batch `delay` seconds late); return
+    once it has logged wait_lines."""
+    p = subprocess.Popen([sys.executable, "-c", SLOW.replace("DELAY", repr(delay)), *train_cmd(out, *extra)[2:]],
+                         env=env.env, cwd=env.code,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while wait_lines and time.time() < deadline and p.poll() is None:
