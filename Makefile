@@ -10,6 +10,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STUDY ?= default
+# values from the command line reach the shell as environment variables, quoted where they are used,
+# never pasted into the command text (RUN='x; touch F' is a run id that does not exist, not a command)
+export STUDY RUN LEAVE_OUT
 # setup reruns when the dependencies change, not on every call
 STAMP := $(VENV)/.xsa-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -51,7 +54,7 @@ SHARDS ?= $(if $(filter gpu,$(STUDY)),1,2)
 THREADS ?= $(if $(filter 1,$(SHARDS)),,1)
 TCMALLOC = $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
 WORK_ENV = $(if $(THREADS),OMP_NUM_THREADS=$(THREADS)) $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC))
-PIPELINE := $(PY) -m xsa.pipeline --study $(STUDY)
+PIPELINE := $(PY) -m xsa.pipeline --study "$$STUDY"
 SHARD = $(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard
 
 # the shards of one pass over the study's runs, in parallel
@@ -72,10 +75,11 @@ study: setup tcmalloc
 
 # retrain one committed run from scratch (one thread, as the study) and compare val bpb and weights
 reproduce: setup tcmalloc
-	@test -n "$(RUN)" || { echo "usage: make reproduce RUN=<run id> (a folder of results/runs)"; exit 2; }
-	$(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)) OMP_NUM_THREADS=1 $(PY) -m xsa.reproduce --run $(RUN)
+	@test -n "$$RUN" || { echo "usage: make reproduce RUN=<run id> (a folder of results/runs)"; exit 2; }
+	$(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC)) OMP_NUM_THREADS=1 $(PY) -m xsa.reproduce --run "$$RUN"
 
 # the paper stage alone: tables, figures and paper from the records results/ holds (every run of the
-# study whole, or LEAVE_OUT="<run id> ..." named on purpose)
+# study whole, or LEAVE_OUT="<run id> ..." named on purpose; INTERIM=1 while the robustness study
+# still trains). LEAVE_OUT is split into run ids with globbing off.
 report: setup
-	$(PIPELINE) --stages paper $(if $(LEAVE_OUT),--leave-out $(LEAVE_OUT))
+	set -f; $(PIPELINE) --stages paper $${LEAVE_OUT:+--leave-out $$LEAVE_OUT} $(if $(INTERIM),--interim)

@@ -1,14 +1,16 @@
 """
 A hostile user's session against the records, the run folders and the sandbox, on copies only.
 
-    PYTHONPATH=. python scripts/hostile_check.py [--code DIR] [--only records|folders|sandbox]
+    PYTHONPATH=. python scripts/hostile_check.py [--code DIR] [--only records|folders|sandbox|inputs]
 
-Each case damages a copy of the committed records, races or breaks a run folder (smoke preset), or
-tries to forge or escape the HumanEval sandbox, and classifies what the code at DIR (default: this
-checkout) does:
+Each case damages a copy of the committed records, races or breaks a run folder (smoke preset),
+tries to forge or escape the HumanEval sandbox, or (inputs) feeds the paper a record that is not
+bound to its run, writes one record over another, shares a folder through another path, or passes a
+hostile value to a command, and classifies what the code at DIR (default: this checkout) does:
 
   clear      the right behaviour, or a non-zero exit with a message naming the path, no traceback;
-  unclear    a non-zero exit with a traceback, or a message that names no path;
+  unclear    a non-zero exit with a message that names no path (or a refusal after writing);
+  traceback  a non-zero exit with a traceback;
   silent     exit 0 with the wrong result (a paper built from damaged records, a forged pass...);
   data loss  a record that was there before is changed or gone.
 
@@ -19,7 +21,6 @@ The committed records are copied to a temporary folder first and never written. 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -29,56 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-RUN = "cpu-w64-d4_xsa1_s3"
-
-
-class Env:
-    def __init__(self, code: Path, tmp: Path):
-        self.code, self.tmp = code, tmp
-        self.env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
-        self.committed = tmp / "committed"
-        shutil.copytree(REPO / "results" / "runs", self.committed / "runs")
-        shutil.copytree(REPO / "results" / "throughput", self.committed / "throughput")
-        self.n = 0
-
-    def fresh(self) -> Path:
-        self.n += 1
-        d = self.tmp / f"case{self.n}"
-        shutil.copytree(self.committed, d / "results")
-        return d
-
-    def py(self, *args, timeout=600, cwd=None, prefix=()):
-        return subprocess.run([*prefix, sys.executable, *args], capture_output=True, text=True, env=self.env,
-                              cwd=cwd or self.code, timeout=timeout)
-
-
-def digest(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.endswith(".lock")}
-
-
-def judge_error(res, path: str, lost: bool = False) -> str:
-    if lost:
-        return "data loss"
-    if res.returncode == 0:
-        return "silent"
-    text = res.stderr + res.stdout
-    return "clear" if path in text and "Traceback (most recent call last)" not in res.stderr else "unclear"
+from hostile_common import (ADD, REPO, RUN, VERDICTS, Env, digest, edit, judge_error, lines_edit, paper,
+                            slow_training, tail, train_cmd)
+from hostile_inputs import input_cases
 
 
 # -----------------------------------------------------------------------------
 # records: the paper stage on a damaged copy
-
-def edit(path: Path, **changes):
-    d = json.loads(path.read_text())
-    d.update(changes)
-    path.write_text(json.dumps(d))
-
-
-def lines_edit(path: Path, f):
-    path.write_text(f(path.read_text()))
-
 
 RECORD_DAMAGES = {
     "NaN val_bpb in summary.json": lambda r: edit(r / "summary.json", val_bpb=float("nan")),
@@ -102,11 +60,6 @@ RECORD_DAMAGES = {
 }
 
 
-def paper(env: Env, case: Path, *extra):
-    return env.py("-m", "xsa.pipeline", "--study", "default", "--stages", "paper", "--results",
-                  str(case / "results"), "--paper", str(case / "paper"), *extra)
-
-
 def record_cases(env: Env) -> list:
     out = []
     for name, damage in RECORD_DAMAGES.items():
@@ -121,7 +74,7 @@ def record_cases(env: Env) -> list:
         if verdict == "clear" and built:
             verdict = "unclear"  # refused, but only after writing
         named = [x.strip() for x in res.stderr.splitlines() if RUN in x and "Traceback" not in x]
-        out.append(("records", name, verdict, res.returncode, named[0][-150:] if named else _tail(res)))
+        out.append(("records", name, verdict, res.returncode, named[0][-150:] if named else tail(res)))
     # leaving a run out on purpose: the paper is built and names it
     case = env.fresh()
     shutil.rmtree(case / "results" / "runs" / RUN)
@@ -129,18 +82,18 @@ def record_cases(env: Env) -> list:
     md = (case / "paper" / "paper.md").read_text() if (case / "paper" / "paper.md").exists() else ""
     ok = res.returncode == 0 and f"left out by choice, so in no number below: {RUN}" in md
     out.append(("records", "a run left out on purpose (--leave-out)", "clear" if ok else
-                ("unclear" if res.returncode else "silent"), res.returncode, _tail(res)))
+                ("unclear" if res.returncode else "silent"), res.returncode, tail(res)))
     case = env.fresh()
     res = paper(env, case, "--leave-out", "no-such-run")
     out.append(("records", "--leave-out of a run the study lacks", judge_error(res, "no-such-run"),
-                res.returncode, _tail(res)))
+                res.returncode, tail(res)))
     case = env.fresh()
     (case / "file").write_text("x")
     res = env.py("-m", "xsa.pipeline", "--study", "default", "--stages", "paper", "--results", str(case / "results"),
                  "--paper", str(case / "file" / "paper"))
     v = judge_error(res, str(case / "file"))
     out.append(("records", "--paper under a regular file", "unclear" if v == "clear" and "running" in res.stdout
-                else v, res.returncode, _tail(res)))
+                else v, res.returncode, tail(res)))
     if shutil.which("unshare") and os.geteuid() == 0:
         case = env.fresh()
         (case / "ro").mkdir()
@@ -151,35 +104,12 @@ def record_cases(env: Env) -> list:
                              cwd=env.code, timeout=600)
         v = judge_error(res, str(case / "ro"))
         out.append(("records", "read-only --paper folder", "unclear" if v == "clear" and "running" in res.stdout
-                    else v, res.returncode, _tail(res)))
+                    else v, res.returncode, tail(res)))
     return out
 
 
 # -----------------------------------------------------------------------------
 # folders: trainings, evaluations and diagnostics of the smoke preset
-
-def train_cmd(out: Path, *extra):
-    return ["-m", "xsa.train", "--preset", "smoke", "--out", str(out), "--no-progress", *extra]
-
-
-# the training CLI with every batch 0.2 s late, so that a second process surely meets it at work
-SLOW = ("import sys, time\nfrom xsa.data.loader import TokenLoader\nget = TokenLoader.get\n"
-        "TokenLoader.get = lambda self, *a: (time.sleep(0.2), get(self, *a))[1]\n"
-        "from xsa.train import main\nsys.argv = ['python -m xsa.train', *sys.argv[1:]]\nmain()\n")
-
-
-def slow_training(env: Env, out: Path, *extra, wait_lines: int = 2):
-    """Start a slow training of the smoke preset into `out`; return once it has logged wait_lines."""
-    p = subprocess.Popen([sys.executable, "-c", SLOW, *train_cmd(out, *extra)[2:]], env=env.env, cwd=env.code,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while wait_lines and time.time() < deadline and p.poll() is None:
-        m = out / "metrics.jsonl"
-        if m.exists() and m.read_text().count("\n") >= wait_lines:
-            break
-        time.sleep(0.1)
-    return p
-
 
 def folder_cases(env: Env) -> list:
     out = []
@@ -214,14 +144,14 @@ def folder_cases(env: Env) -> list:
             loser = b if b.returncode else a
             v = judge_error(loser, str(d)) if whole or (together and steps == list(range(31))) else "data loss"
         note = f"first rc={a.returncode}; steps logged {len(steps)} (unique {len(set(steps))}), alpha {alpha}; "
-        out.append(("folders", name, v, b.returncode, note + _tail(b)))
+        out.append(("folders", name, v, b.returncode, note + tail(b)))
     # a finished run resumed
     d = t / "finished"
     env.py(*train_cmd(d))
     before = digest(d)
     res = env.py(*train_cmd(d, "--resume"))
     out.append(("folders", "resume of a finished run", "clear" if res.returncode == 0 and digest(d) == before
-                else "silent", res.returncode, _tail(res)))
+                else "silent", res.returncode, tail(res)))
     # a torn last line, then resume
     m = d / "metrics.jsonl"
     whole = m.read_text()
@@ -231,18 +161,18 @@ def folder_cases(env: Env) -> list:
     said = "torn last line" in res.stdout + res.stderr
     out.append(("folders", "torn last line of metrics.jsonl, then resume",
                 "clear" if said and redone.count("\n") == whole.count("\n") and json.loads(redone.splitlines()[-1])
-                .get("val_bpb") == json.loads(whole.splitlines()[-1])["val_bpb"] else "silent", res.returncode, _tail(res)))
+                .get("val_bpb") == json.loads(whole.splitlines()[-1])["val_bpb"] else "silent", res.returncode, tail(res)))
     # a doubled log, then resume (a checkpoint mid-run)
     d2 = t / "doubled"
     env.py(*train_cmd(d2, "--max-steps", "10"))
     (d2 / "metrics.jsonl").write_text((d2 / "metrics.jsonl").read_text() * 2)
     res = env.py(*train_cmd(d2, "--resume"))
     out.append(("folders", "doubled metrics.jsonl, then resume", judge_error(res, str(d2 / "metrics.jsonl")),
-                res.returncode, _tail(res)))
+                res.returncode, tail(res)))
     # --out under a regular file
     (t / "file").write_text("x")
     res = env.py(*train_cmd(t / "file" / "run", "--max-steps", "1"))
-    out.append(("folders", "--out under a regular file", judge_error(res, str(t / "file")), res.returncode, _tail(res)))
+    out.append(("folders", "--out under a regular file", judge_error(res, str(t / "file")), res.returncode, tail(res)))
     # kill -9 during training (after its checkpoint at step 10), then resume: bit for bit
     d3 = t / "killed"
     p = slow_training(env, d3, wait_lines=15)
@@ -252,14 +182,14 @@ def folder_cases(env: Env) -> list:
     same = (d3 / "summary.json").exists() and json.loads((d3 / "summary.json").read_text())["final_weights_sha256"] \
         == json.loads((d / "summary.json").read_text())["final_weights_sha256"]
     out.append(("folders", "kill -9 during training, then resume", "clear" if same else "silent",
-                res.returncode, _tail(res)))
+                res.returncode, tail(res)))
     # diagnostics of a folder while a training holds it
     d4 = t / "busy"
     env.py(*train_cmd(d4, "--max-steps", "10"))  # a model at step 10, resumed to 30 while diagnostics read it
     p = slow_training(env, d4, "--resume", wait_lines=13)
     res = env.py("-m", "xsa.diagnostics", "--run", str(d4), "--out", str(t / "busy_diag.json"))
     p.communicate(timeout=600)
-    out.append(("folders", "diagnostics of a folder in training", judge_error(res, str(d4)), res.returncode, _tail(res)))
+    out.append(("folders", "diagnostics of a folder in training", judge_error(res, str(d4)), res.returncode, tail(res)))
     # diagnostics on a damaged validation shard
     data = t / "data"
     shutil.copytree(Path.home() / ".cache" / "xsa" / "data" / "smoke", data)
@@ -272,14 +202,14 @@ def folder_cases(env: Env) -> list:
     edit(d5 / "config.json", data_dir=str(data))
     res = env.py("-m", "xsa.diagnostics", "--run", str(d5), "--out", str(t / "d5.json"))
     out.append(("folders", "diagnostics on a damaged validation shard", judge_error(res, str(shard)),
-                res.returncode, _tail(res)))
+                res.returncode, tail(res)))
     # stale build folders
     cache = Path.home() / ".cache" / "xsa" / "data"
     stale = cache / ".smoke.building-999999"
     stale.mkdir(exist_ok=True)
     res = env.py("-m", "xsa.data", "build", "--subset", "smoke")
     out.append(("folders", "stale .smoke.building-<pid> left by a killed build", "clear" if not stale.exists()
-                else "silent", res.returncode, _tail(res)))
+                else "silent", res.returncode, tail(res)))
     shutil.rmtree(stale, ignore_errors=True)
     # evaluations: an unfinished run, --out a JSON list
     bundle = REPO.parent / "shared" / "eval_bundle"
@@ -290,14 +220,14 @@ def folder_cases(env: Env) -> list:
         ev = json.loads((d6 / "eval.json").read_text()) if (d6 / "eval.json").exists() else {}
         labelled = (ev.get("core_detail") or {}).get("trained", {}).get("complete") is False
         out.append(("folders", "CORE of an unfinished run", "clear" if res.returncode != 0 or
-                    (labelled and "not trained to its horizon" in res.stderr) else "silent", res.returncode, _tail(res)))
+                    (labelled and "not trained to its horizon" in res.stderr) else "silent", res.returncode, tail(res)))
         (t / "list.json").write_text("[]")
         t0 = time.time()
         res = env.py("-m", "xsa.evaluate", "core", "--run", str(d), "--bundle", str(bundle), "--max-per-task", "2",
                      "--out", str(t / "list.json"))
         v = judge_error(res, str(t / "list.json"))
         out.append(("folders", "evaluate core --out naming a JSON list", v if "core =" not in res.stdout or v != "clear"
-                    else "unclear", res.returncode, _tail(res) + f" ({time.time() - t0:.0f} s)"))
+                    else "unclear", res.returncode, tail(res) + f" ({time.time() - t0:.0f} s)"))
     if shutil.which("unshare") and os.geteuid() == 0:
         # --resume of a run on a read-only disk
         ro = t / "ro"
@@ -309,7 +239,7 @@ def folder_cases(env: Env) -> list:
         res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env.env,
                              cwd=env.code, timeout=600)
         out.append(("folders", "--resume of a run on a read-only disk", judge_error(res, str(ro), digest(ro) != before),
-                    res.returncode, _tail(res)))
+                    res.returncode, tail(res)))
         # a full disk during training
         full = t / "full"
         full.mkdir()
@@ -318,15 +248,13 @@ def folder_cases(env: Env) -> list:
         res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env.env,
                              cwd=env.code, timeout=600)
         out.append(("folders", "a full disk during training", judge_error(res, str(full / "run")),
-                    res.returncode, _tail(res)))
+                    res.returncode, tail(res)))
     return out
 
 
 # -----------------------------------------------------------------------------
 # sandbox: forge a pass, or get out
 
-ADD = {"prompt": 'def add(a, b):\n    """Add two numbers."""\n', "entry_point": "add",
-       "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"}
 WRONG = "def add(a, b):\n    return a - b\n"
 # print every string constant of the program's own code object (the old pass token was one), exit 0
 FORGE_CODE_OBJECT = ("import sys, os\nfor c in sys._getframe().f_code.co_consts:\n    print(c)\n"
@@ -368,7 +296,7 @@ def sandbox_cases(env: Env) -> list:
         try:
             passed, status = json.loads(res.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            out.append(("sandbox", name, "unclear", res.returncode, _tail(res)))
+            out.append(("sandbox", name, "unclear", res.returncode, tail(res)))
             continue
         escaped = Path("/tmp/xsa-escaped").exists()
         Path("/tmp/xsa-escaped").unlink(missing_ok=True)
@@ -377,28 +305,24 @@ def sandbox_cases(env: Env) -> list:
     return out
 
 
-def _tail(res) -> str:
-    text = (res.stderr.strip() or res.stdout.strip()).splitlines()
-    last = [x for x in text if x.strip() and "WARNING | Kernel" not in x]
-    return (last[-1] if last else "")[:160]
-
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--code", type=Path, default=REPO, help="the checkout whose code is tried (default: this one)")
-    p.add_argument("--only", choices=["records", "folders", "sandbox"], default=None)
+    p.add_argument("--only", choices=["records", "folders", "sandbox", "inputs"], default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="xsa-hostile-") as tmp:
         env = Env(args.code.resolve(), Path(tmp))
         rows = []
-        for kind, cases in (("records", record_cases), ("folders", folder_cases), ("sandbox", sandbox_cases)):
+        for kind, cases in (("records", record_cases), ("folders", folder_cases), ("sandbox", sandbox_cases),
+                            ("inputs", input_cases)):
             if args.only in (None, kind):
                 rows += cases(env)
     counts = {}
     for kind, name, verdict, rc, note in rows:
         counts[verdict] = counts.get(verdict, 0) + 1
         print(f"{kind:8s} {verdict:9s} rc={rc:<3} {name}: {note}")
-    print(f"{len(rows)} cases: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("clear", "unclear", "silent", "data loss")))
+    print(f"{len(rows)} cases: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in VERDICTS))
     return 0
 
 

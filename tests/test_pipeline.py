@@ -72,6 +72,26 @@ def test_missing_notebook_and_unknown_stage_name_the_stage(tmp_path):
     assert out.returncode == 1 and "'trian'" in out.stderr
     out = cli("--study", "nope", "--results", str(tmp_path / "r"))
     assert out.returncode == 1 and "'nope'" in out.stderr
+    out = cli("--study", "nope", "--status", "--results", str(tmp_path / "r"))
+    assert out.returncode == 2 and "'nope'" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_make_passes_its_values_to_the_shell_as_data(tmp_path):
+    """RUN, LEAVE_OUT and STUDY reach the shell quoted: a value is never run as a command."""
+    import shutil
+    if not shutil.which("make"):
+        pytest.skip("no make")
+    marker = tmp_path / "ran"
+    for target, var in (("reproduce", "RUN"), ("report", "LEAVE_OUT"), ("report", "STUDY")):
+        out = subprocess.run(["make", "-n", "-o", ".venv/.xsa-installed", "-o", "tcmalloc", target,
+                              f"{var}=x; touch {marker}"], cwd=REPO_ROOT, capture_output=True, text=True)
+        script = "\n".join(x for x in out.stdout.splitlines() if "xsa." in x)
+        assert script, out.stdout + out.stderr
+        # the recipe as the shell would run it, with the python command made harmless
+        subprocess.run(["sh", "-c", script.replace(".venv/bin/python", "true")], capture_output=True,
+                             env={**os.environ, var: f"x; touch {marker}", "STUDY": os.environ.get("STUDY", "default")
+                                  if var != "STUDY" else f"x; touch {marker}"})
+        assert not marker.exists(), (target, var, script)
 
 
 def test_shards_split_the_runs_between_processes(tmp_path):

@@ -24,6 +24,7 @@ def committed(tmp_path_factory):
     root = tmp_path_factory.mktemp("committed")
     shutil.copytree(REPO_ROOT / "results" / "runs", root / "runs")
     shutil.copytree(REPO_ROOT / "results" / "throughput", root / "throughput")
+    shutil.copytree(REPO_ROOT / "results" / "archive", root / "archive")
     return root
 
 
@@ -112,9 +113,52 @@ def damage_no_diagnostics(run):
     return "diagnostics.json: missing"
 
 
+def damage_eval_of_another_run(run):
+    shutil.copy(run.parent / "cpu-w64-d4_base_s3" / "eval.json", run / "eval.json")
+    return "eval.json: config hash"
+
+
+def damage_diagnostics_of_another_run(run):
+    shutil.copy(run.parent / "cpu-w64-d4_xsa0.5_s3" / "diagnostics.json", run / "diagnostics.json")
+    return "diagnostics.json: the record of run 'cpu-w64-d4_xsa0.5_s3'"
+
+
+def damage_nan_core_bpb(run):
+    edit_json(run / "eval.json", core_bpb=float("nan"))
+    return "eval.json: core_bpb is not finite"
+
+
+def damage_nan_diagnostic(run):
+    d = json.loads((run / "diagnostics.json").read_text())
+    d["layers"][1]["entropy"] = float("inf")
+    (run / "diagnostics.json").write_text(json.dumps(d))
+    return "diagnostics.json: layers.1.entropy is not finite"
+
+
+def damage_other_weights(run):
+    d = json.loads((run / "diagnostics.json").read_text())
+    d["weights_sha256"] = "0" * 64
+    (run / "diagnostics.json").write_text(json.dumps(d))
+    return "diagnostics.json: scored weights with sha256 0000"
+
+
+def damage_no_provenance(run):
+    (run / "provenance.json").unlink()
+    return "provenance.json: missing"
+
+
+def damage_middle_evaluations_removed(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    kept = [x for x in lines if json.loads(x)["step"] not in (96, 192)]
+    (run / "metrics.jsonl").write_text("".join(kept))
+    return "no evaluation at steps 96, 192"
+
+
 DAMAGES = [damage_nan_val_bpb, damage_torn_tail, damage_deleted, damage_empty_core, damage_incomplete,
            damage_doubled, damage_two_runs_mixed, damage_wrong_config, damage_nan_metric, damage_last_eval_lost,
-           damage_core_incomplete, damage_no_diagnostics]
+           damage_core_incomplete, damage_no_diagnostics, damage_eval_of_another_run,
+           damage_diagnostics_of_another_run, damage_nan_core_bpb, damage_nan_diagnostic, damage_other_weights,
+           damage_no_provenance, damage_middle_evaluations_removed]
 
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda f: f.__name__[7:])
@@ -135,6 +179,76 @@ def test_a_run_left_out_on_purpose_is_named(results, capsys):
     assert f"left out by choice, so in no number below: {RUN}" in report.summary_text(STUDY, built)
     with pytest.raises(report.RecordError, match="not a run of the study"):
         validate(STUDY, results, leave_out=["no-such-run"])
+
+
+def robust_primary_run() -> str:
+    robust = get_study("robust")
+    pair = robust.comparison(robust.primary)
+    return pair.b.run(robust.estimate_from).run_id
+
+
+@pytest.mark.parametrize("what", ["folder", "summary"])
+def test_a_declared_run_of_the_robustness_study_without_a_record_stops_the_paper(results, what, capsys):
+    run = robust_primary_run()
+    if what == "folder":
+        shutil.rmtree(results / "runs" / run)
+    else:
+        (results / "runs" / run / "summary.json").unlink()
+    problems = check_records(STUDY, results)
+    assert problems and all(run in p for p in problems), problems
+    with pytest.raises(report.RecordError, match="--interim"):
+        validate(STUDY, results)
+    assert check_records(STUDY, results, interim=True) == []  # an interim paper, when asked
+    assert validate(STUDY, results, leave_out=[run]) == [run]  # or left out on purpose, and named
+
+
+def nan_throughput(results):
+    edit_json(results / "throughput" / "cpu-w64-d4.json", overhead_ratio=float("nan"), overhead_ci95=[float("nan")] * 2)
+    return "cpu-w64-d4.json: overhead_ratio nan"
+
+
+def list_throughput(results):
+    (results / "throughput" / "cpu-w64-d8.json").write_text("[]")
+    return "cpu-w64-d8.json: empty or not a JSON dict"
+
+
+def deleted_throughput(results):
+    (results / "throughput" / "cpu-w64-d4.json").unlink()
+    return "cpu-w64-d4.json: missing"
+
+
+def changed_archive(results):
+    path = next((results / "archive" / "30bc3ae" / "runs").glob("cpu-d4_xsa1_s0")) / "summary.json"
+    edit_json(path, val_bpb=float("nan"))
+    return "cpu-d4_xsa1_s0/summary.json: not the bytes 30bc3ae holds"
+
+
+def deleted_archive_record(results):
+    (results / "archive" / "30bc3ae" / "runs" / "cpu-d8_base_s1" / "summary.json").unlink()
+    return "cpu-d8_base_s1/summary.json: missing"
+
+
+def extra_archive_run(results):
+    root = results / "archive" / "30bc3ae" / "runs"
+    shutil.copytree(root / "cpu-d8_base_s1", root / "cpu-d8_base_s7")
+    return "cpu-d8_base_s7: not a run of the archive"
+
+
+def handmade_gpu_folder(results):
+    """A folder named as a run of the GPU study, made by hand from a CPU run's records."""
+    shutil.copytree(results / "runs" / RUN, results / "runs" / "d12_base_s0")
+    return "d12_base_s0/config.json: not the config of d12_base_s0"
+
+
+@pytest.mark.parametrize("damage", [nan_throughput, list_throughput, deleted_throughput, changed_archive,
+                                    deleted_archive_record, extra_archive_run, handmade_gpu_folder],
+                         ids=lambda f: f.__name__)
+def test_every_other_input_of_the_paper_is_checked(results, damage):
+    expected = damage(results)
+    problems = check_records(STUDY, results)
+    assert any(expected in p for p in problems), problems
+    with pytest.raises(report.RecordError, match="nothing was written"):
+        validate(STUDY, results)
 
 
 def test_reading_a_record_refuses_repeated_or_earlier_steps(tmp_path):

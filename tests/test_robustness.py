@@ -30,9 +30,11 @@ def whole(results, run, bpb, date="2026-12-02T01:00:00+00:00"):
     d, cfg = results / "runs" / run.run_id, run.config()
     n = cfg.num_iterations
     atomic_write_json(d / "config.json", cfg.to_dict())
-    append_jsonl(d / "metrics.jsonl", {"step": n, "val_bpb": bpb})
-    atomic_write_json(d / "summary.json", dict(complete=True, val_bpb=bpb, steps=n, num_iterations=n))
-    atomic_write_json(d / "provenance.json", dict(date=date, seed=run.seed))
+    for step in sorted({*range(0, n, cfg.eval_every), n}):  # every scheduled evaluation
+        append_jsonl(d / "metrics.jsonl", {"step": step, "val_bpb": bpb})
+    atomic_write_json(d / "summary.json", dict(complete=True, val_bpb=bpb, steps=n, num_iterations=n,
+                                               config_hash=cfg.config_hash()))
+    atomic_write_json(d / "provenance.json", dict(date=date, seed=run.seed, config_hash=cfg.config_hash()))
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def the_study(results):
 
 
 def test_rows_estimate_on_their_own_seeds_and_holm_adjusts_the_family(results):
-    out = robustness(the_study(results), [], results)
+    out = robustness(the_study(results), [], results, interim=True)
     rows = {r["condition"]: r for r in out["rows"]}
     primary = next(r for r in out["rows"] if r["family"] == "primary")
     # the primary arms share seeds 0-2 with the grid; only seeds 100-111 enter the estimate
@@ -95,12 +97,23 @@ def test_a_run_still_training_is_not_a_record_but_a_damaged_one_stops_the_table(
     d = results / "runs" / last.run(100).run_id  # training: config and a first metrics line only
     atomic_write_json(d / "config.json", last.run(100).config().to_dict())
     append_jsonl(d / "metrics.jsonl", {"step": 0, "val_bpb": 3.0})
-    assert robustness(the_study(results), [], results)["rows"]  # counted as not trained yet
+    assert robustness(the_study(results), [], results, interim=True)["rows"]  # counted as not trained yet
     t256 = robust.comparison("cpu-w64-d4 tuned T=256").b.run(103)
     summary = results / "runs" / t256.run_id / "summary.json"
     atomic_write_json(summary, dict(complete=True, val_bpb=float("nan"), steps=1, num_iterations=1))
     with pytest.raises(RecordError, match=t256.run_id):
+        robustness(the_study(results), [], results, interim=True)
+
+
+def test_a_declared_run_without_a_record_stops_the_table_unless_interim(results):
+    """The robust study declares runs that have no record here: by default the table stops naming
+    them; an interim table is built only when asked, and its open rows say so."""
+    robust = get_study("robust", results)
+    missing = robust.comparison("last half vs baseline").b.run(100).run_id
+    with pytest.raises(RecordError, match=f"{missing}: no summary.json"):
         robustness(the_study(results), [], results)
+    rows = robustness(the_study(results), [], results, interim=True)["rows"]
+    assert any(r["status"].startswith("interim") for r in rows)
 
 
 def test_the_default_study_reports_the_robust_study():
@@ -117,7 +130,8 @@ def test_the_adamw_group_check_says_whether_the_optimum_moved(results):
         for arm in arms[scale]:
             for s in GROUP_SEEDS:
                 whole(results, arm.run(s), 2.0 + 0.1 * math.log2(arm.get("matrix_lr") / best) ** 2)
-    checks = {(g["grid"], g["scale"]): g for g in robustness(the_study(results), [], results)["group_check"]}
+    checks = {(g["grid"], g["scale"]): g for g in robustness(the_study(results), [], results,
+                                                                      interim=True)["group_check"]}
     assert checks[("lr_grid_base", 0.5)]["best"] == 0.02 and checks[("lr_grid_base", 0.5)]["moved"]
     assert checks[("lr_grid_base", 2.0)]["best"] == 0.04 and checks[("lr_grid_base", 2.0)]["moved"] is False
     assert checks[("lr_grid_xsa", 0.5)]["best"] is None  # not trained: no verdict
@@ -149,6 +163,50 @@ def test_an_archived_study_is_restored_byte_for_byte_and_read_as_rows(tmp_path):
     assert missing[0]["status"] == "not restored" and "xsa.archive" in missing[0]["condition"]
 
 
+@pytest.mark.parametrize("commit", ["HEAD", "--help", "-x", "main", "30bc3ae~1", "1234567"])
+def test_the_archive_takes_only_a_declared_commit_hash(commit, tmp_path):
+    import subprocess
+    import sys
+
+    from xsa.records import REPO_ROOT
+    out = subprocess.run([sys.executable, "-m", "xsa.archive", f"--commit={commit}", "--results", str(tmp_path)],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--commit" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not (tmp_path / "archive").exists()
+
+
+def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partial_one(tmp_path, monkeypatch):
+    import subprocess
+
+    import xsa.archive as archive
+    from xsa.records import REPO_ROOT
+    from xsa.studies import EARLIER
+    if subprocess.run(["git", "cat-file", "-e", EARLIER.commit], cwd=REPO_ROOT).returncode != 0:
+        pytest.skip(f"this checkout's history does not hold {EARLIER.commit}")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(REPO_ROOT), str(clone)], check=True)
+    git = lambda *a: subprocess.run(["git", *a], cwd=clone, check=True, capture_output=True, text=True).stdout.strip()
+    rel = sorted(archive.manifest(EARLIER.commit))[0]
+    blob = git("rev-parse", f"{EARLIER.commit}:results/{rel}")
+    forged = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=clone, input='{"forged": 1}\n',
+                            capture_output=True, text=True, check=True).stdout.strip()
+    git("replace", blob, forged)
+    assert git("show", f"{EARLIER.commit}:results/{rel}") == '{"forged": 1}'  # what a plain git read gives
+    monkeypatch.setattr(archive, "REPO_ROOT", clone)
+    archive.restore(EARLIER.commit, tmp_path / "results")
+    root = tmp_path / "results" / archive.ARCHIVE / EARLIER.commit
+    assert (root / rel).read_bytes() == (REPO_ROOT / "results" / archive.ARCHIVE / EARLIER.commit / rel).read_bytes()
+    # a read that fails half-way (a corrupt object, say) leaves no archive at all
+    calls = iter(range(10**6))
+    real = archive._git
+    monkeypatch.setattr(archive, "_git", lambda *a: real(*a) if next(calls) < 5 else (_ for _ in ()).throw(
+        SystemExit("git show: fatal: corrupt object")))
+    with pytest.raises(SystemExit, match="corrupt object"):
+        archive.restore(EARLIER.commit, tmp_path / "again")
+    assert not (tmp_path / "again" / archive.ARCHIVE / EARLIER.commit).exists()
+    assert not list((tmp_path / "again" / archive.ARCHIVE).glob(".*"))
+
+
 @pytest.mark.parametrize("name", ["robust", "scale"])
 def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_run(name):
     import subprocess
@@ -175,7 +233,7 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
 def test_the_answer_sentence_sorts_the_conditions_by_their_verdicts(results):
     from xsa.report import robustness_figure_rows
     from xsa.report.sections import robust_sentence
-    built = dict(robust=robustness(the_study(results), [], results))
+    built = dict(robust=robustness(the_study(results), [], results, interim=True))
     said = robust_sentence(built, lead="Here, with")
     # the primary by its interval; T = 256 (-1%, Holm p far below 5%) among the conditions XSA lowers
     assert said.startswith(" Here, with each arm at its own tuned matrix learning rate (0.04 / 0.08 at cpu-w64-d4")
@@ -192,7 +250,7 @@ def test_the_answer_sentence_sorts_the_conditions_by_their_verdicts(results):
     for s in range(100, 106):
         (results / "runs" / t256.b.run(s).run_id / "metrics.jsonl").unlink()  # retrained, from scratch
         whole(results, t256.b.run(s), 2.1 * (1 + 0.01 * (-1) ** s))
-    said = robust_sentence(dict(robust=robustness(the_study(results), [], results)))
+    said = robust_sentence(dict(robust=robustness(the_study(results), [], results, interim=True)))
     assert "excludes the seed paper's effect" not in said and "includes the seed paper's effect)" in said
     assert "; and it does not measurably change it (after Holm's correction) at T = 256 (+0.00% [" in said
 

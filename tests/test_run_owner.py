@@ -180,3 +180,105 @@ def test_resume_on_a_read_only_disk_is_one_line_before_any_work(smoke_data, tmp_
     assert res.returncode == 2 and f"cannot write the lock of {ro / 'r'}" in res.stderr, res.stderr
     assert "Read-only file system" in res.stderr and "Traceback" not in res.stderr
     assert sorted((p.name, p.read_bytes()) for p in (ro / "r").iterdir() if p.is_file()) == before
+
+
+def test_one_lock_per_folder_through_a_symlink_and_after_its_lock_file_is_deleted(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (tmp_path / "link").symlink_to(out)
+    proc = holder(out)
+    try:
+        with pytest.raises(RunFolderBusy):  # the same folder by another path
+            with own_run(tmp_path / "link", "training"):
+                pass
+        lock_path(out).unlink()  # the lock file deleted under its holder: the folder is still held
+        with pytest.raises(RunFolderBusy):
+            with own_run(out, "training"):
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_lock_file_never_follows_a_symlink_nor_truncates_another_file(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "r"
+    lock_path(out).symlink_to(victim)
+    with pytest.raises(ValueError, match="is a symlink, not a lock file"):
+        with own_run(out, "training"):
+            pass
+    lock_path(out).unlink()
+    lock_path(out).write_text("precious\n")  # a file this code did not write: locked, never rewritten
+    with own_run(out, "training"):
+        pass
+    assert victim.read_text() == lock_path(out).read_text() == "precious\n"
+    lock_path(out).unlink()
+    os.link(victim, lock_path(out))  # a second name of another file
+    with pytest.raises(ValueError, match="not a lock file"):
+        with own_run(out, "training"):
+            pass
+    assert victim.read_text() == "precious\n"
+
+
+def test_overwrite_moves_the_old_folder_aside_and_a_killed_writes_temporary_is_removed(smoke_data, tmp_path):
+    from xsa.runlock import REPLACED
+    out = tmp_path / "r"
+    run(make_config("smoke", **QUIET), out, smoke_data, max_steps=2)
+    old = (out / "config.json").read_bytes()
+    (out / ".summary.json.x1y2.tmp").write_text("{")  # what a killed atomic write leaves
+    run(make_config("smoke", xsa_alpha=1.0, **QUIET), out, smoke_data, max_steps=2, overwrite=True)
+    aside = list((tmp_path / REPLACED).iterdir())
+    assert len(aside) == 1 and (aside[0] / "config.json").read_bytes() == old  # kept, not deleted
+    assert read_json(out / "config.json")["model"]["xsa_alpha"] == 1.0
+    run(make_config("smoke", xsa_alpha=1.0, **QUIET), out, smoke_data, max_steps=3, resume=True)
+    (out / ".metrics.jsonl.a.tmp").write_text("x")
+    run(make_config("smoke", xsa_alpha=1.0, **QUIET), out, smoke_data, max_steps=4, resume=True)
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_a_resume_on_data_changed_since_the_checkpoint_stops_naming_it(smoke_data, tmp_path):
+    """The data rebuilt under a run (a shard changed and the manifest with it): the resume stops."""
+    import hashlib
+    data = tmp_path / "data"
+    shutil.copytree(smoke_data, data)
+    cfg = make_config("smoke", **{**QUIET, "eval_every": 10, "checkpoint_every": 10})
+    out = tmp_path / "r"
+    run(cfg, out, data, max_steps=10)
+    shard = sorted((data / "shards").glob("train_*.bin"))[0]
+    raw = bytearray(shard.read_bytes())
+    raw[100] ^= 1
+    shard.write_bytes(bytes(raw))
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["files"][f"shards/{shard.name}"]["sha256"] = hashlib.sha256(raw).hexdigest()
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    before = (out / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match=f"the data in {data} changed since"):
+        run(cfg, out, data, resume=True)
+    assert (out / "metrics.jsonl").read_bytes() == before  # nothing was changed
+
+
+def test_no_command_writes_a_record_over_another_kind(tmp_path, capsys):
+    """CORE, diagnostics and throughput never write into a run folder's config, summary or
+    provenance (through a symlink neither), nor over a record of another kind, --overwrite or not."""
+    from xsa import diagnostics, throughput
+    from xsa.evaluate.run import check_merge_target
+    run_dir = tmp_path / "run"
+    shutil.copytree(REPO_ROOT / "results" / "runs" / "cpu-w64-d4_xsa1_s3", run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    (tmp_path / "alias.json").symlink_to(run_dir / "summary.json")
+    for name in ("config.json", "summary.json", "provenance.json", "diagnostics.json"):
+        with pytest.raises(ValueError, match=f"{name}"):
+            check_merge_target(run_dir / name)
+    with pytest.raises(ValueError, match="summary record"):
+        check_merge_target(tmp_path / "alias.json")
+    for argv in (["--preset", "smoke", "--out", str(run_dir / "summary.json"), "--overwrite"],
+                 ["--preset", "smoke", "--out", str(run_dir / "diagnostics.json"), "--overwrite"]):
+        with pytest.raises(SystemExit) as e:
+            throughput.main(argv)
+        assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        diagnostics.main(["--run", str(run_dir), "--out", str(run_dir / "provenance.json"), "--overwrite"])
+    assert e.value.code == 2 and "provenance record" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    check_merge_target(run_dir / "eval.json")  # its own record: merged into, as before

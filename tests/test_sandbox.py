@@ -97,6 +97,26 @@ def test_the_tests_never_enter_the_program():
     assert "expected-value-7d3f" not in program and "check" not in program
 
 
+# a reply whose set elements all hash to 0 (multiples of 2**61 - 1): quadratic to build, just under 1 MB
+COLLIDING = ("class S:\n    def __repr__(self):\n"
+             "        return '{' + ','.join(str(i * (2**61 - 1)) for i in range(1, 40000)) + '}'\n"
+             "def add(a, b):\n    return S()\n")
+
+
+def test_a_hostile_reply_is_refused_within_bounds():
+    from xsa.evaluate.calls import MAX_DEPTH, literal
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="elements of sets and dicts"):
+        literal("('ok', {" + ",".join(str(i * (2**61 - 1)) for i in range(1, 40000)) + "})")
+    with pytest.raises(ValueError, match="nested more than"):
+        literal("[" * (MAX_DEPTH + 2) + "]" * (MAX_DEPTH + 2))
+    assert time.monotonic() - t0 < 5
+    assert literal("('ok', {1, 2}, {'a': [1.5, -2, inf]})") == ("ok", {1, 2}, {"a": [1.5, -2, float("inf")]})
+    t0 = time.monotonic()
+    ok, status = chat.run_humaneval(ADD, f"```python\n{COLLIDING}```", timeout=5)
+    assert not ok and time.monotonic() - t0 < 30, status  # the harness's own limit holds
+
+
 def test_the_wall_clock_holds_while_a_setsid_child_keeps_stderr_open():
     code = ("import os, time\n"
             "if os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\n    os._exit(0)\n"  # holding stderr

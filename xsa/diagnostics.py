@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from xsa.checkpoint import load_model, run_data_dir
+from xsa.checkpoint import load_model, run_data_dir, weights_sha256
 from xsa.common import autodetect_device, device_name
 from xsa.data.loader import val_batches
 from xsa.data.shards import check_files
@@ -247,6 +247,7 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
     return {
         "run": run_dir.name,
         "run_dir": str(run_dir),
+        "weights_sha256": weights_sha256(model.state_dict()),  # binds the record to the run's summary
         "preset": cfg.preset,
         **arm_record(cfg),  # the arm in full: name, overrides, every attention field
         "batch": batch,
@@ -263,9 +264,7 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
 def write_diagnostics(run_dir, out=None, batch_size: int = 8, batches: int = 1, device: str | None = None) -> dict:
     """run_diagnostics, written to `out` (default RUN_DIR/diagnostics.json); returns the record."""
     check_rows(batch_size, batches)
-    out = Path(out) if out else Path(run_dir) / "diagnostics.json"
-    if out.is_dir():
-        raise ValueError(f"out: {out} is a folder, not a JSON file")
+    out = check_out(Path(out) if out else Path(run_dir) / "diagnostics.json", "diagnostics")
     with own_run(run_dir, "diagnostics", shared=True):  # never beside a training of the folder
         result = run_diagnostics(run_dir, batch_size=batch_size, batches=batches, device=device)
         atomic_write_json(out, result)
@@ -332,7 +331,7 @@ def main(argv=None):
     if args.batches < 1:
         p.error(f"--batches must be positive, got {args.batches}")
     try:  # a folder or an unwritable place first: --overwrite never replaces a folder
-        out = check_out(Path(args.out) if args.out else run_dir / "diagnostics.json")
+        out = check_out(Path(args.out) if args.out else run_dir / "diagnostics.json", "diagnostics")
     except ValueError as e:
         p.error(f"--{e}")
     if out.exists() and not args.overwrite:

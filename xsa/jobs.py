@@ -57,6 +57,7 @@ class Context:
     force: bool = False
     shard: tuple[int, int] = (0, 1)  # (K, N): this process runs job i when i % N == K
     leave_out: tuple[str, ...] = ()  # run ids the paper leaves out on purpose (it names them)
+    interim: bool = False  # the paper may read a robustness study still training (it says so)
 
     def mine(self, index: int) -> bool:
         return index % self.shard[1] == self.shard[0]
@@ -166,6 +167,8 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
                 for i, p in enumerate(s.throughput.get("presets", []))]
     if stage == "paper":
         chosen = dict(leave_out=list(ctx.leave_out)) if ctx.leave_out else {}  # the notebook's default: none
+        if ctx.interim:
+            chosen["interim"] = True
         return [Job(stage, study_name, dict(study=study_name, results_dir=str(lay.results),
                                             out_dir=str(lay.outputs), **chosen), [], always=True)]
     raise ValueError(f"stage: unknown stage {stage!r} (choose from {', '.join(STAGES)})")

@@ -11,9 +11,10 @@ import tempfile
 from pathlib import Path
 
 
-def check_paper_stage(study, paper_dir, leave_out=()) -> None:
-    """Raise ValueError naming the path or run id that would stop the paper stage."""
-    known = {r.run_id for r in study.runs}
+def check_paper_stage(study, paper_dir, leave_out=(), known=None) -> None:
+    """Raise ValueError naming the path or run id that would stop the paper stage; `known`: the run
+    ids leave_out may name (default: the study's)."""
+    known = set(known) if known is not None else {r.run_id for r in study.runs}
     unknown = [r for r in leave_out if r not in known]
     if unknown:
         raise ValueError(f"--leave-out: {', '.join(unknown)} is not a run of the study {study.name!r}")

@@ -46,6 +46,7 @@ from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F4
 from xsa.paper import export_paper, stable_notebook
 from xsa.paper_checks import check_paper_stage
 from xsa.records import REPO_ROOT, atomic_write_text, read_json
+from xsa.report.integrity import known_runs  # leave_out may name the robustness study's runs
 from xsa.runlock import busy
 from xsa.studies import ADAPTIVE, get_study
 
@@ -203,15 +204,15 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
-                 force: bool = False, shard: str = "0/1", leave_out=()) -> dict:
+                 force: bool = False, shard: str = "0/1", leave_out=(), interim: bool = False) -> dict:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
     layout = Layout(Path(results).resolve(), Path(paper).resolve(), study)
     ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(),
-                  force, parse_shard(shard), tuple(leave_out or ()))
+                  force, parse_shard(shard), tuple(leave_out or ()), interim)
     if "paper" in stages:
-        check_paper_stage(ctx.study, layout.paper, ctx.leave_out)  # before any stage runs
+        check_paper_stage(ctx.study, layout.paper, ctx.leave_out, known_runs(ctx.study, layout.results))
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
           flush=True)
@@ -248,18 +249,26 @@ def main(argv=None) -> int:
                         "(an adaptive study declares more runs as records land: `make study` trains until 0)")
     p.add_argument("--leave-out", nargs="+", default=[], metavar="RUN_ID",
                    help="paper stage: leave these runs out on purpose (the paper names them); any other "
-                        "run with a missing or damaged record stops the paper")
+                        "run with a missing or damaged record stops the paper (runs of the study or of its "
+                        "robustness study)")
+    p.add_argument("--interim", action="store_true",
+                   help="paper stage: build while the robustness study still trains (its runs without a "
+                        "record are allowed, and its open rows say interim); by default every declared run "
+                        "must be whole")
     args = p.parse_args(argv)
     if args.status:
-        study = get_study(args.study, Path(args.results).resolve())
+        try:
+            study = get_study(args.study, Path(args.results).resolve())
+        except ValueError as e:
+            p.error(str(e))  # exit status 2, naming the study
         layout = Layout(Path(args.results).resolve(), Path(args.paper).resolve(), args.study)
         done = sum(trained(layout.run_dir(r)) for r in study.runs)
         print(f"study {args.study}: {done} of {len(study.runs)} declared runs trained", flush=True)
         return 0 if done == len(study.runs) else 3
     try:
         run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard,
-                     args.leave_out)
-    except (StageError, ValueError) as e:
+                     args.leave_out, args.interim)
+    except (StageError, ValueError, OSError) as e:  # an OSError (a full disk) names its file
         print(f"pipeline stopped: {e}", file=sys.stderr)
         return 1
     return 0

@@ -240,11 +240,53 @@ def provenance(*, config_hash: str, seed: int | None, device: str, wall_time_s: 
     return rec
 
 
-def check_out(path) -> Path:
-    """Fail before any work if the results file cannot be written (a folder, a read-only place)."""
+# the records of a run folder by file name: each is written by its own stage and by no other
+RUN_RECORDS = {"config.json": "config", "summary.json": "summary", "provenance.json": "provenance",
+               "metrics.jsonl": "metrics", "eval.json": "eval", "core_items.json": "core items",
+               "diagnostics.json": "diagnostics"}
+# a record's kind read from its keys, first match: (kind, keys it holds)
+KIND_KEYS = (("diagnostics", {"layers"}), ("eval", {"core_detail"}), ("eval", {"chat_detail"}),
+             ("throughput", {"overhead_ratio"}), ("summary", {"final_weights_sha256"}),
+             ("summary", {"complete", "val_bpb"}), ("config", {"model", "num_tokens"}),
+             ("provenance", {"git_commit"}), ("core items", {"max_per_task", "tasks"}))
+
+
+def record_kind(value) -> str | None:
+    """The kind of record a JSON value is (a key of KIND_KEYS), or None for one of no known kind."""
+    if not isinstance(value, dict):
+        return None
+    return next((kind for kind, keys in KIND_KEYS if keys <= value.keys()), None)
+
+
+def check_own(path: Path, kind: str) -> None:
+    """Refuse to write a record of `kind` over a file that is not one: a run folder's config, summary,
+    provenance or log (by name, also through a symlink), or a JSON record of another kind."""
+    for p in dict.fromkeys((path, path.resolve())):
+        named = RUN_RECORDS.get(p.name)
+        if named is not None and named != kind:
+            raise ValueError(f"out: {p} is a run folder's {named} record; {kind} results are never "
+                             "written there (choose another --out)")
+    if not path.is_file():
+        return
+    try:
+        current = json.loads(path.read_text(encoding="utf-8")) if path.stat().st_size else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"out: {path} is not a JSON record; {kind} results are not written over it "
+                         "(choose another --out or move it away)") from None
+    found = record_kind(current)
+    if found is not None and found != kind:
+        raise ValueError(f"out: {path} holds a {found} record; {kind} results are never written over it "
+                         "(choose another --out)")
+
+
+def check_out(path, kind: str | None = None) -> Path:
+    """Fail before any work if the results file cannot be written (a folder, a read-only place), or,
+    for a record of `kind`, if it is another record's file (check_own)."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"out: {path} is a folder, not a JSON file")
+    if kind is not None:
+        check_own(path, kind)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -61,7 +61,7 @@ from xsa.config import ConfigError
 from xsa.model import GPT
 from xsa.plot import new_figure, save_figure
 from xsa.presets import PRESETS
-from xsa.records import REPO_ROOT, atomic_write_json, provenance
+from xsa.records import REPO_ROOT, atomic_write_json, check_own, provenance
 from xsa.spec import Arm, arm_record, parse_overrides
 from xsa.step import Schedules, Step
 from xsa.studies import xsa_pair
@@ -370,6 +370,10 @@ def main(argv=None):
         p.error(f"--out: {out} exists (pass --overwrite to replace it)")
     if out.is_dir() or not _writable(out.parent):
         p.error(f"--out: cannot write {out}")
+    try:  # never over a run folder's record or a record of another kind, --overwrite or not
+        check_own(out, "throughput")
+    except ValueError as e:
+        p.error(f"--{e}")
     overrides = {**sets, **{k: getattr(args, k) for k in ("device_batch_size", "total_batch_size") if getattr(args, k)}}
     try:
         runs = vs_runs(args.preset, vs, args.seed, **overrides) if vs else None

@@ -35,7 +35,6 @@ import contextlib
 import itertools
 import json
 import math
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -57,7 +56,7 @@ from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT
 from xsa.presets import PRESETS
 from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, sha256_file
-from xsa.runlock import RunFolderBusy, own_run
+from xsa.runlock import RunFolderBusy, hold_folder, move_aside, own_run
 from xsa.runlog import check_run_dir, finished_summary, kept_log
 from xsa.spec import Run, arm_record, parse_overrides
 from xsa.step import Step
@@ -86,6 +85,7 @@ class Loop:
     cpu_time_s: float = 0.0  # CPU time of the whole run (this process's threads)
     val_bpb: float | None = None
     train_loss: float | None = None
+    data_sha256: str | None = None  # the data's fingerprint (data_fingerprint): a resume on other data stops
 
     @classmethod
     def from_dict(cls, d: dict) -> "Loop":
@@ -190,9 +190,9 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
 
 def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) -> None:
     """(rank 0) Write config.json; keep the metrics lines up to the checkpoint resumed from."""
-    if saved is None and out.exists():
-        shutil.rmtree(out)  # --overwrite of a run folder (checked above)
-    out.mkdir(parents=True, exist_ok=True)
+    if saved is None and out.exists() and any(out.iterdir()):
+        move_aside(out)  # --overwrite of a run folder (checked above): kept aside, never deleted
+    hold_folder(out)  # made and flocked: a deleted lock file lets no second training in
     atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
     # a killed run may have logged past its last checkpoint: drop those lines, they are redone
     kept, _ = kept_log(out, step) if saved is not None else ([], False)
@@ -226,6 +226,17 @@ def data_fingerprint(data_dir: Path) -> str:
     return sha256_file(Path(data_dir) / MANIFEST)
 
 
+def _same_data(recorded: str | None, data_dir: Path, out: Path) -> str:
+    """The data's fingerprint, after checking a resumed run trained on the same data (a checkpoint
+    from before the fingerprint was kept has none: nothing to compare)."""
+    fingerprint = data_fingerprint(data_dir)
+    if recorded not in (None, fingerprint):
+        raise ValueError(f"resume: the data in {data_dir} changed since {ckpt.state_path(out)} was saved (manifest "
+                         f"sha256 {fingerprint[:12]}, the run trained on {recorded[:12]}); nothing was changed: "
+                         "restore the data the run trained on, or start it again with --overwrite")
+    return fingerprint
+
+
 def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
     return TrainingDiverged(f"training diverged: {what} at step {step}; stopped. The last good checkpoint "
                             f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
@@ -256,6 +267,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     B, T = cfg.device_batch_size, cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
     model, step_fn, step, loop = _start_model(cfg, out, saved, device)
+    loop.data_sha256 = _same_data(loop.data_sha256, data_dir, out)
     redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
         _start_log(out, cfg, saved, data_dir, step)

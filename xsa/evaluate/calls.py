@@ -12,7 +12,10 @@ program prints, wherever it writes, it can only give values; a value is judged b
 
 A reply is read back by `literal`, which builds plain values (numbers, strings, bytes, tuples,
 lists, dicts, sets, None, booleans, inf and nan) and nothing else, so no object of the program's
-making reaches the harness.
+making reaches the harness. Its work is bounded before anything is built: a reply of at most
+REPLY_LIMIT bytes, MAX_NODES syntax nodes, MAX_DEPTH levels of nesting, and MAX_HASHED elements in
+its sets and dicts together (a large set of numbers that all hash alike costs quadratic time to build: it held
+the harness minutes past its time limit).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import os
 import threading
 
 REPLY_LIMIT = 1 << 20  # bytes of one reply
+MAX_NODES = 200_000  # syntax nodes of one reply
+MAX_DEPTH = 100  # nesting of containers in one reply
+MAX_HASHED = 4096  # elements of all sets and dicts of one reply: bounds the cost of elements that hash alike
 
 
 class ProgramGone(RuntimeError):
@@ -34,21 +40,35 @@ class CallFailed(RuntimeError):
 
 
 def literal(text: str):
-    """A reply's value: Python literal syntax, plus inf, nan and set(); anything else is refused."""
-    def value(node):
+    """A reply's value: Python literal syntax, plus inf, nan and set(); anything else is refused, and
+    so is a reply past the bounds (MAX_NODES, MAX_DEPTH, MAX_HASHED) before any value is built."""
+    if len(text) > REPLY_LIMIT:
+        raise ValueError(f"a reply of more than {REPLY_LIMIT} characters")
+    tree = ast.parse(text, mode="eval")
+    hashed = 0
+    for n, node in enumerate(ast.walk(tree)):
+        if n >= MAX_NODES:
+            raise ValueError(f"a reply of more than {MAX_NODES} values")
+        hashed += len(node.elts) if isinstance(node, ast.Set) else len(node.keys) if isinstance(node, ast.Dict) else 0
+        if hashed > MAX_HASHED:
+            raise ValueError(f"a reply with more than {MAX_HASHED} elements of sets and dicts")
+
+    def value(node, depth=0):
+        if depth > MAX_DEPTH:
+            raise ValueError(f"a reply nested more than {MAX_DEPTH} deep")
         if isinstance(node, ast.Constant) and not isinstance(node.value, type(...)):
             return node.value
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            items = [value(e) for e in node.elts]
+            items = [value(e, depth + 1) for e in node.elts]
             return tuple(items) if isinstance(node, ast.Tuple) else items if isinstance(node, ast.List) else set(items)
         if isinstance(node, ast.Dict) and None not in node.keys:
-            return {value(k): value(v) for k, v in zip(node.keys, node.values)}
+            return {value(k, depth + 1): value(v, depth + 1) for k, v in zip(node.keys, node.values)}
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            x = value(node.operand)
+            x = value(node.operand, depth + 1)
             if isinstance(x, (int, float, complex)) and not isinstance(x, bool):
                 return -x if isinstance(node.op, ast.USub) else x
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):  # complex: 1+2j
-            a, b = value(node.left), value(node.right)
+            a, b = value(node.left, depth + 1), value(node.right, depth + 1)
             if isinstance(b, complex) and isinstance(a, (int, float)):
                 return a + b if isinstance(node.op, ast.Add) else a - b
         if isinstance(node, ast.Name) and node.id in ("inf", "nan"):
@@ -57,7 +77,7 @@ def literal(text: str):
             if node.func.id in ("set", "frozenset"):
                 return set() if node.func.id == "set" else frozenset()
         raise ValueError(f"not a plain value: {ast.dump(node)[:80]}")
-    return value(ast.parse(text, mode="eval").body)
+    return value(tree.body)
 
 
 class Channel:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from xsa.checkpoint import load_model
+from xsa.checkpoint import load_model, weights_sha256
 from xsa.common import autodetect_device, device_name
 from xsa.data.bundle import load_bundle, resolve_bundle
 from xsa.evaluate.chat import evaluate_chatcore
@@ -34,7 +34,7 @@ def merge_json(path, update: dict) -> dict:
 def check_merge_target(out) -> Path:
     """check_out, and the file, if there, must hold a JSON object to merge into: found before the
     evaluation runs, not after every task was scored."""
-    out = check_out(out)
+    out = check_out(out, "eval")
     if out.exists():
         current = read_json(out)  # corrupt JSON: a ValueError naming the file
         if not isinstance(current, dict):
@@ -59,6 +59,12 @@ def trained_state(run_dir) -> dict:
 def _load(run_dir, device):
     model, tokenizer, config = load_model(run_dir, device)
     return model.eval(), tokenizer, config
+
+
+def scored(run_dir, model) -> dict:
+    """What binds a record to its run: the run id and the sha256 of the weights scored (the summary's
+    final_weights_sha256 of the run that trained them), checked by the paper's record check."""
+    return {"run": Path(run_dir).name, "weights_sha256": weights_sha256(model.state_dict())}
 
 
 def _provenance(config, device, t0, c0):
@@ -95,7 +101,8 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
         # every result of evaluate_core goes in as it is (a new metric there needs nothing here),
         # the settings it ran with under core_detail
         detail = {k: res.pop(k) for k in ("max_per_task", "max_len", "bundle")}
-        update = {**res, "core_detail": {**detail, "trained": trained, "provenance": _provenance(config, device, t0, c0)}}
+        update = {**res, "core_detail": {**detail, **scored(run_dir, model), "trained": trained,
+                                         "provenance": _provenance(config, device, t0, c0)}}
         merge_json(out, update)
     return update
 
@@ -123,12 +130,13 @@ def _chat(run_dir, out, bundle, device, max_per_task, sft_steps, sft_data, sft_b
     trained = trained_state(run_dir)
     model, tokenizer, config = _load(run_dir, device)
     t0, c0 = time.time(), time.process_time()
+    bound = scored(run_dir, model)  # before SFT changes the weights
     sft_info = ensure_sft(model, tokenizer, config, Path(run_dir) / "sft", steps=sft_steps, source=sft_data,
                           device=device, bundle=bundle, batch_rows=sft_batch_rows,
                           micro_batch_tokens=sft_micro_batch_tokens)
     res = evaluate_chatcore(model, tokenizer, bundle, config.model.sequence_len, device, max_per_task)
     update = {"chatcore": res.pop("chatcore"), "chat_tasks": res.pop("tasks"),
-              "chat_detail": {**res, "trained": trained, "provenance": _provenance(config, device, t0, c0)},
+              "chat_detail": {**res, **bound, "trained": trained, "provenance": _provenance(config, device, t0, c0)},
               "sft": {k: v for k, v in sft_info.items() if k != "data"}, "sft_data": sft_info["data"]}
     merge_json(out, update)
     return update

@@ -159,10 +159,11 @@ def robustness_figure_rows(rows) -> list[dict]:
                  ci=_scaled(r["rel_ci95"], 100), primary=r["family"] == "primary") for r in keep]
 
 
-def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
+def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False) -> dict:
     """Write every table and figure of a study's paper into OUT_DIR/tables and OUT_DIR/figures
     (default: results_dir); return the tables (rows) and figure paths. The runs in leave_out (run
-    ids) are left out of every table and named in the paper; the paper stage calls validate() first."""
+    ids) are left out of every table and named in the paper; the paper stage calls validate() first.
+    `interim`: the robustness study may still be training (its open rows say interim)."""
     from xsa.studies import Contrast, Paired, Sweep
     results_dir = Path(results_dir)
     leave_out = sorted(set(leave_out or ()))
@@ -198,7 +199,7 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
     robust, tables["robustness"], tables["lr_selection"] = None, [], []
     if study.robustness:  # XSA's effect under every condition run, the robust study's records beside ours
         from xsa.report.robust import robustness
-        robust = robustness(study, runs, results_dir)
+        robust = robustness(study, runs, results_dir, leave_out, interim)
         tables["robustness"], tables["lr_selection"] = robust["rows"], robust["selection"]
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)

@@ -274,19 +274,26 @@ def row_sentence(r: dict) -> str:
     return f"{r['condition']}: {pct(r['rel'])} {pct_ci(ci) if ci.defined else '(one pair, no interval)'} (n = {r['n']})"
 
 
-def robustness(study, runs, results_dir) -> dict:
+def robustness(study, runs, results_dir, leave_out=(), interim: bool = False) -> dict:
     """The robustness table of `study` (the recipe-LR study, whose records `runs` are) beside its
     robust study's records under results_dir: {rows, selection, preregistration, runs}. A damaged
-    robust-study record stops it (RecordError), as a damaged record of the study itself does."""
+    robust-study record stops it (RecordError), as a damaged record of the study itself does; so does
+    a declared run without a record, or a row not complete, unless `interim` (or runs left out)."""
     from xsa.report.integrity import RecordError, check_present
     from xsa.studies import get_study
     robust = get_study(study.robustness, results_dir)
-    problems = check_present(robust, results_dir)
+    leave_out = set(leave_out or ())
+    problems = check_present(robust, results_dir, leave_out)
+    if not interim:
+        problems += [f"{Path(results_dir) / 'runs' / r.run_id}: no summary.json (the study {robust.name!r} "
+                     f"declares run {r.run_id})" for r in robust.runs if r.run_id not in leave_out
+                     and not (Path(results_dir) / "runs" / r.run_id / "summary.json").exists()]
     if problems:
         raise RecordError(f"the records of study {robust.name!r} cannot make the robustness table "
                           f"({len(problems)} problem{'s' if len(problems) > 1 else ''}; nothing was written):\n  "
                           + "\n  ".join(problems))
-    present = [r.run_id for r in robust.runs if (Path(results_dir) / "runs" / r.run_id / "summary.json").exists()]
+    present = [r.run_id for r in robust.runs if r.run_id not in leave_out
+               and (Path(results_dir) / "runs" / r.run_id / "summary.json").exists()]
     robust_runs = load_runs(results_dir, present)
     # the robust study estimates on its own seeds: those below select learning rates (its
     # pre-registration), though the primary arms share them with the grid
@@ -297,8 +304,14 @@ def robustness(study, runs, results_dir) -> dict:
     from xsa.report.archive import archived_rows
     earlier = [r for a in study.archived
                for r in archived_rows(Path(results_dir) / ARCHIVE / a.commit, a.commit, a.pairs, seed)]
-    return dict(rows=earlier + robustness_rows(study, robust, runs, estimating, seed),
-                selection=selection(robust, selecting),
+    rows = robustness_rows(study, robust, runs, estimating, seed)
+    open_rows = [r for r in rows if r["family"] in ("primary", "secondary") and r["status"] != "complete"]
+    if open_rows and not interim and not leave_out & {r.run_id for r in robust.runs}:
+        raise RecordError(f"the robustness table of study {robust.name!r} is not complete ("
+                          + "; ".join(f"{r['condition']}: {r['status']}" for r in open_rows)
+                          + "); train its declared runs (make study STUDY=robust), or build an interim paper "
+                          "(--interim)")
+    return dict(rows=earlier + rows, selection=selection(robust, selecting),
                 group_check=group_check(robust, selecting), diagonal=diagonal_by_heads(robust, estimating),
                 preregistration=dict(zip(("commit", "date"), robust.preregistered or (None, None))),
                 runs=robust_runs, study=robust)
