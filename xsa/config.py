@@ -229,6 +229,10 @@ class TrainConfig:
     muon_plus: bool = True  # Muon+: Frobenius norm snapped to sqrt(min(rows, cols)) after it
     ns_schedule: str = "polar_express"
     ns_scale: float = 1.01  # Polar Express: G / (||G||_F * ns_scale) before the iteration
+    # Muon's update of same-shape matrices as one stack per shape (compiled on the CUDA code path),
+    # as nanochat on a GPU; the same update to rounding. Off by default, as the committed runs trained;
+    # on in the GPU presets
+    muon_stacked: bool = False
     # --- precision: on CUDA bf16 autocast + torch.compile always; gpu_path turns both on elsewhere,
     # so the CUDA code path runs (and is tested) on a CPU
     gpu_path: bool = False
@@ -277,7 +281,7 @@ class TrainConfig:
                      "smear_lr", "adamw_matrix_lr", "weight_decay", "ns_scale"):
             _number(name, getattr(self, name), 0.0, what="a number >= 0")
         for name in ("batch_lr_scaling", "weight_decay_scaling", "muon_eq", "muon_plus", "gpu_path",
-                     "cpu_compile"):
+                     "cpu_compile", "muon_stacked"):
             _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
         for name in ("adam_betas", "adam_weight_decay"):
             value = getattr(self, name)
