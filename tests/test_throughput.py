@@ -117,7 +117,7 @@ def test_datasheet_peaks_by_device_name(monkeypatch):
     from xsa.common import datasheet_peak_flops, mfu
     assert datasheet_peak_flops(torch.device("cpu")) is None
     for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
-                       ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:
+                       ("NVIDIA H200 NVL", 836e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
         assert datasheet_peak_flops(torch.device("cuda")) == peak, name
     # one MFU, two peaks: the measured one (about 790 TFLOP/s on an H200) and the datasheet's 989

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import math
 import os
@@ -130,7 +129,8 @@ class Loop:
 # Training
 
 def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = False,
-          max_steps: int | None = None, data_dir=None, device=None, progress: bool = True) -> dict:
+          max_steps: int | None = None, data_dir=None, device=None, progress: bool = True,
+          device_batch_size: int | None = None) -> dict:
     """Train `cfg` into the run folder `out_dir`; return the summary dict (also in summary.json).
 
     resume: continue from out_dir/ckpt/state.pt (the config must be identical).
@@ -138,10 +138,17 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
     max_steps: stop after this many updates in total (the schedule still spans the full horizon,
         so a later --resume finishes the same run), e.g. for short measurements.
     data_dir: the built data folder (default: xsa.data.ensure_data(cfg.data), built if missing).
+    device_batch_size: rows per micro-batch in this process (default: the config's). How the update
+        is computed, not which update: a step reads the same rows whatever the micro-batching, so
+        the run keeps its id and config and records this in its provenance; a resume may change it
+        (e.g. 8 rows where 16 ran out of memory).
     Under torchrun, every rank calls this; rank 0 writes the records.
     """
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ConfigError(f"max_steps must be a positive integer, got {max_steps!r}")
+    rows = cfg.device_batch_size if device_batch_size is None else device_batch_size
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ConfigError(f"device_batch_size must be a positive integer, got {device_batch_size!r}")
     is_ddp, rank, local_rank, world = dist_info()
     device = autodetect_device(device)
     if device.type == "cuda" and is_ddp:
@@ -153,21 +160,20 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
     try:
         with own_run(out_dir, "training") if rank == 0 else contextlib.nullcontext():  # one owner per folder
             return _train(cfg, Path(out_dir), resume, overwrite, max_steps, data_dir, device,
-                          progress, is_ddp, rank, world)
+                          progress, is_ddp, rank, world, rows)
     finally:
         if own_group:
             dist.destroy_process_group()
 
 
-def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
+def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B):
     """Check the run folder and the data on every rank before rank 0 writes anything; return
     (saved config.json or None, data folder, tokenizer)."""
     from xsa.data import ensure_data
     from xsa.data.tokenizer import Tokenizer
-    rows = cfg.device_batch_size * cfg.model.sequence_len * world
-    if cfg.total_batch_size % rows != 0:
+    if cfg.total_batch_size % (B * cfg.model.sequence_len * world) != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
-                          f"* sequence_len * world_size ({cfg.device_batch_size} * {cfg.model.sequence_len} * {world})")
+                          f"* sequence_len * world_size ({B} * {cfg.model.sequence_len} * {world})")
     saved = _check_run_dir(out, cfg, resume, overwrite)
     if data_dir is None and saved is not None:
         data_dir = saved.get("data_dir")
@@ -203,12 +209,12 @@ def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) ->
     atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
-def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
+def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int, B: int):
     """evaluate(diag) -> {"val_bpb", and on rank 0 where diag "diag"}: bpb on the fixed validation
-    stream (each rank takes every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
+    stream (each rank reads every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
     rows (at every cfg.diag_every-th evaluation: they cost a forward pass of their own)."""
     from xsa.data.loader import val_batches
-    B, T = cfg.device_batch_size, cfg.model.sequence_len
+    T = cfg.model.sequence_len
     diag_x = None
     if rank == 0:
         rows = min(B, DIAG_ROWS)
@@ -216,9 +222,10 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
                                        device=step.device)))[0]
 
     def evaluate(diag: bool = True) -> dict:
-        batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=step.device)
+        batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=step.device,
+                              rank=rank, world_size=world)  # this rank's batches only
         with step.precision.context():
-            record = {"val_bpb": evaluate_bpb(step.forward, itertools.islice(batches, rank, None, world), token_bytes)}
+            record = {"val_bpb": evaluate_bpb(step.forward, batches, token_bytes)}
             if rank == 0 and diag:
                 record["diag"] = diagnostics_snapshot(step.model, diag_x)
         return record
@@ -238,17 +245,17 @@ def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
                             f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
 
 
-def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
+def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world, B):
     from tqdm.auto import tqdm
     from xsa.data.loader import TokenLoader
 
     # open the run: folder, data, tokenizer
     t_wall, t_cpu = time.time(), time.process_time()
-    saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world)
+    saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B)
     if saved is not None and (done := finished_summary(out, cfg)) is not None:
         print0(f"{out}: already trained to its horizon ({cfg.num_iterations} steps); nothing was changed")
         return done
-    B, T = cfg.device_batch_size, cfg.model.sequence_len
+    T = cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
 
     # build: the model (initialised on the CPU from the seed, so every device starts from the same
@@ -269,7 +276,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     _barrier(is_ddp)
     loader = TokenLoader(data_dir, split="train", batch_size=B, seq_len=T, rows_per_step=cfg.total_batch_size // T,
                          seed=cfg.seed, rank=rank, world_size=world, device=device)
-    evaluate = _evaluator(cfg, data_dir, tokenizer.token_bytes.to(device), step_fn, rank, world)
+    evaluate = _evaluator(cfg, data_dir, tokenizer.token_bytes.to(device), step_fn, rank, world, B)
     write = (lambda record: append_jsonl(out / "metrics.jsonl", record)) if rank == 0 else (lambda record: None)
 
     end = cfg.num_iterations if max_steps is None else min(cfg.num_iterations, max_steps)
@@ -333,7 +340,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         paused, paused_c = paused + time.perf_counter() - t_pause, paused_c + clock(device) - c_pause
     pbar.close()
     _add_times(loop, t_wall, t_cpu)
-    return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp)
+    return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp, B)
 
 
 def _add_times(loop: Loop, t_wall: float, t_cpu: float) -> tuple[float, float]:
@@ -344,7 +351,7 @@ def _add_times(loop: Loop, t_wall: float, t_cpu: float) -> tuple[float, float]:
     return now_wall, now_cpu
 
 
-def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp) -> dict:
+def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp, B) -> dict:
     """Write the final model, summary.json and provenance.json (rank 0); return the summary."""
     summary = dict(
         val_bpb=loop.val_bpb, steps=step, tokens=step * cfg.total_batch_size, num_iterations=cfg.num_iterations,
@@ -365,7 +372,7 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         atomic_write_json(out / "provenance.json", provenance(
             config_hash=cfg.config_hash(), seed=cfg.seed, device=device_name(device),
             wall_time_s=loop.wall_time_s,
-            extra=dict(world_size=world, data_dir=str(data_dir), data_sha256=data_fingerprint(data_dir),
+            extra=dict(world_size=world, device_batch_size=B, data_dir=str(data_dir), data_sha256=data_fingerprint(data_dir),
                        num_threads=torch.get_num_threads(), cpu_time_s=loop.cpu_time_s,
                        command=" ".join(sys.argv))))
     _barrier(is_ddp)
@@ -391,7 +398,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
     p.add_argument("--device-batch-size", type=int, default=None,
                    help="rows per micro-batch (default: the preset's; the total batch stays, more micro-batches "
-                        "accumulate), e.g. 8 for d24-nanochat on an 80 GB GPU")
+                        "accumulate), e.g. 8 for d24-nanochat on an 80 GB GPU; recorded in the run's provenance, "
+                        "not its id, and a --resume may change it")
     p.add_argument("--out", default=None, help="run folder (default: results/runs/<run id>, e.g. cpu-w64-d4_xsa1_s0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
@@ -402,11 +410,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         overrides = dict(xsa_alpha=args.alpha, xsa_layers=args.xsa_layers, xsa_value=args.xsa_value,
-                         optimizer=args.optimizer, device_batch_size=args.device_batch_size)
+                         optimizer=args.optimizer)
         run = Run.of(args.preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
         out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
-                        data_dir=args.data_dir, device=args.device, progress=not args.no_progress)
+                        data_dir=args.data_dir, device=args.device, progress=not args.no_progress,
+                        device_batch_size=args.device_batch_size)
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -113,11 +113,13 @@ class TokenLoader:
         return step * self.R / self.n
 
 
-def val_batches(data_dir, batch_size: int, seq_len: int, max_tokens: int, device="cpu"):
+def val_batches(data_dir, batch_size: int, seq_len: int, max_tokens: int, device="cpu", rank: int = 0,
+                world_size: int = 1):
     """The fixed validation stream: non-overlapping rows, each from the next <|bos|>, in file order.
 
     Yields max_tokens // (batch_size * seq_len) batches (fewer, with a warning, if the split is too
-    small); the same for every run with the same arguments.
+    small); the same for every run with the same arguments. Under torchrun each rank reads and moves
+    to its device only its own batches, rank, rank + world_size, ... (the sums are all-reduced).
     """
     shards = _Shards(Path(data_dir), "val", seq_len)
     n_rows = (max_tokens // (batch_size * seq_len)) * batch_size
@@ -134,5 +136,5 @@ def val_batches(data_dir, batch_size: int, seq_len: int, max_tokens: int, device
         warnings.warn(f"val split of {data_dir} holds {len(chosen)} rows of {seq_len} tokens; "
                       f"evaluating on {len(chosen) // batch_size * batch_size * seq_len} of {max_tokens} tokens")
     chosen = np.asarray(chosen, np.int64)
-    for b in range(len(chosen) // batch_size):
+    for b in range(rank, len(chosen) // batch_size, world_size):
         yield _to_device(shards.rows(chosen[b * batch_size:(b + 1) * batch_size], seq_len + 1), device)
