@@ -179,6 +179,7 @@ DATA_SUBSETS = {
 OPTIMIZERS = ("muon", "adamw")
 NS_SCHEDULES = ("polar_express", "quintic")
 WD_SCHEDULES = ("cosine", "linear")
+ROW_PACKINGS = ("bos", "bestfit")  # xsa/data/loader.py
 # the AdamW parameter groups of a GPT (xsa.model.GPT.param_groups), each with its betas and weight decay
 ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear", "xsa_gate")
 
@@ -233,6 +234,10 @@ class TrainConfig:
     # as nanochat on a GPU; the same update to rounding. Off by default, as the committed runs trained;
     # on in the GPU presets
     muon_stacked: bool = False
+    # --- data: how training rows are made (xsa/data/loader.py): "bos", a row at every <|bos|> running
+    # through the following documents (the committed runs); "bestfit", nanochat's BOS-aligned best-fit
+    # packing, no token read twice within an epoch (the GPU presets)
+    row_packing: str = "bos"
     # --- precision: on CUDA bf16 autocast + torch.compile always; gpu_path turns both on elsewhere,
     # so the CUDA code path runs (and is tested) on a CPU
     gpu_path: bool = False
@@ -259,7 +264,7 @@ class TrainConfig:
         if self.recipe not in RECIPES:
             raise ConfigError(f"recipe must be one of {sorted(RECIPES)}, got {self.recipe!r}")
         for name, choices in (("optimizer", OPTIMIZERS), ("ns_schedule", NS_SCHEDULES),
-                              ("weight_decay_schedule", WD_SCHEDULES)):
+                              ("weight_decay_schedule", WD_SCHEDULES), ("row_packing", ROW_PACKINGS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         for name in ("device_batch_size", "total_batch_size", "num_tokens", "eval_every", "eval_tokens",

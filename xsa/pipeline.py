@@ -309,10 +309,11 @@ def run_data(ctx: Context, stages) -> None:
         print("[data] every run that reads the data is up to date: not needed", flush=True)
         return
     from xsa.data import ensure_data
+    from xsa.data.climbmix import tokens_read
     for subset in ctx.study.data_subsets():
         t0 = time.time()
-        # ClimbMix is downloaded for the study's longest horizon on it (the registry corpora are whole)
-        horizon = max(r.config().num_tokens for r in ctx.study.runs if r.config().data == subset)
+        # ClimbMix is downloaded for what the study's most-reading run reads (the registry corpora are whole)
+        horizon = max(tokens_read(r.config()) for r in ctx.study.runs if r.config().data == subset)
         try:
             path = ensure_data(subset, tokens=horizon)
         except Exception as e:

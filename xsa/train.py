@@ -170,6 +170,7 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B):
     """Check the run folder and the data on every rank before rank 0 writes anything; return
     (saved config.json or None, data folder, tokenizer)."""
     from xsa.data import ensure_data
+    from xsa.data.climbmix import tokens_read
     from xsa.data.tokenizer import Tokenizer
     if cfg.total_batch_size % (B * cfg.model.sequence_len * world) != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
@@ -186,7 +187,7 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B):
                                     f"python -m xsa.data build --subset {cfg.data}")
     _barrier(is_ddp)
     if rank == 0:  # build (or verify) the data once; the other ranks wait, then find it built
-        data_dir = ensure_data(cfg.data, data_dir=data_dir, tokens=cfg.num_tokens)
+        data_dir = ensure_data(cfg.data, data_dir=data_dir, tokens=tokens_read(cfg))
     _barrier(is_ddp)
     if rank != 0:
         data_dir = ensure_data(cfg.data, data_dir=data_dir, verify=False)
@@ -275,7 +276,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         _start_log(out, cfg, saved, data_dir, step)
     _barrier(is_ddp)
     loader = TokenLoader(data_dir, split="train", batch_size=B, seq_len=T, rows_per_step=cfg.total_batch_size // T,
-                         seed=cfg.seed, rank=rank, world_size=world, device=device)
+                         seed=cfg.seed, rank=rank, world_size=world, device=device, packing=cfg.row_packing)
     evaluate = _evaluator(cfg, data_dir, tokenizer.token_bytes.to(device), step_fn, rank, world, B)
     write = (lambda record: append_jsonl(out / "metrics.jsonl", record)) if rank == 0 else (lambda record: None)
 

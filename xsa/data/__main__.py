@@ -80,7 +80,15 @@ def parser() -> argparse.ArgumentParser:
                                    f"the shards in the folder, else {climbmix.DEFAULT_SHARDS}")
             size.add_argument("--preset", default=None, choices=list(PRESETS), metavar="NAME",
                               help="build the data preset NAME trains on; for ClimbMix, sized (as --tokens) "
-                                   "for its longest horizon over the recipes. One of: " + ", ".join(PRESETS))
+                                   "for the documents its longest horizon over the recipes reads (best-fit "
+                                   f"rows keep about {climbmix.BESTFIT_KEPT * 100:.0f}%% of them). One of: "
+                                   + ", ".join(PRESETS))
+            size.add_argument("--study", default=None, metavar="NAME",
+                              help="build the ClimbMix data of study NAME, sized for its most-reading run "
+                                   "(e.g. gpu: d24's)")
+            c.add_argument("--repeat", action="store_true",
+                           help=f"accept a complete ClimbMix build smaller than the size asked for (the runs "
+                                f"then read their data more than once; training: ${climbmix.REPEAT_ENV}=1)")
     return p
 
 
@@ -95,6 +103,16 @@ def _build_plan(args) -> tuple[str, Path, float | None]:
     from xsa.data.bundle import BUNDLE_ENV, BundleError, resolve_bundle
 
     subset, tokens = args.subset, args.tokens
+    if args.study:
+        from xsa.studies import STUDIES  # only here: the studies import the whole report stack
+        if args.study not in STUDIES:
+            raise _Refused(f"--study {args.study!r}: not a study (one of {', '.join(STUDIES)})")
+        tokens = climbmix.study_tokens(STUDIES[args.study]())
+        if tokens is None:
+            raise _Refused(f"--study {args.study} trains on no ClimbMix data; build its subset with --subset")
+        if subset not in (None, "climbmix"):
+            raise _Refused(f"--study {args.study} sizes the climbmix data, not --subset {subset}")
+        subset = "climbmix"
     if args.preset:
         from xsa.config import make_config
         data = make_config(args.preset).data
@@ -102,7 +120,7 @@ def _build_plan(args) -> tuple[str, Path, float | None]:
             raise _Refused(f"--preset {args.preset} trains on the {data!r} data, not --subset {subset}")
         subset = data
         if DATA_SUBSETS[data]["corpus"] == "climbmix":
-            tokens = climbmix.preset_tokens(args.preset)
+            tokens = climbmix.preset_tokens_read(args.preset)
     subset = subset or DEFAULT_SUBSET
     climb = DATA_SUBSETS[subset]["corpus"] == "climbmix"
     if args.tokens is not None and not climb:
@@ -151,7 +169,7 @@ def main(argv=None) -> int:
             os.environ[ARCHIVE_DIR_ENV] = str(args.archive_dir.expanduser())
         t = time.time()
         try:
-            build(subset, path, force=args.force, bundle=args.bundle, tokens=tokens)
+            build(subset, path, force=args.force, bundle=args.bundle, tokens=tokens, repeat=args.repeat or None)
         except DataDirError as e:  # the folder changed under us since the check
             return fail(e, 2)
         except (DataError, BundleError, FileNotFoundError, RuntimeError) as e:
@@ -170,7 +188,7 @@ def main(argv=None) -> int:
     if args.command == "verify":
         from xsa.data.shards import check_files
         try:
-            check_files(path, full=True)
+            check_files(path, full=True, cached=False)
         except (OSError, ValueError) as e:
             return fail(e, 1)
         print(f"{path}: all files match the manifest")
