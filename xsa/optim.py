@@ -20,7 +20,9 @@ COMPUTE_DTYPE) and in fp32 elsewhere (bf16 matmuls are slow on CPUs).
 
 Distributed: no DDP. Each rank accumulates its own gradients; Muon's step reduces every matrix's
 gradient to the rank that owns it (matrix i belongs to rank i % world), the owner computes the
-update, and broadcasts the new weights; AdamW's gradients are all-reduced first (`sync_grads`).
+update, and broadcasts the new weights; AdamW shards its state the same way (parameter j of its
+groups on rank j % world: its memory divided by the ranks, as nanochat's MuonAdamW shards it by
+slices of each large tensor).
 On one process nothing is communicated and the update is the per-matrix function above. Muon's
 state (momentum, second moment) lives on the owner only: a checkpoint gathers it to rank 0
 (`Muon.full_state_dict`), and loading keeps each rank's share, so a resume on any world size
@@ -142,18 +144,6 @@ def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def sync_grads(params) -> None:
-    """Average the gradients of `params` over the ranks (in place; nothing on one process)."""
-    rank, world = _world()
-    if world == 1:
-        return
-    grads = [p.grad for p in params if p.grad is not None]
-    works = [dist.all_reduce(g, async_op=True) for g in grads]
-    for g, w in zip(grads, works):
-        w.wait()
-        g.div_(world)
 
 
 class Muon(torch.optim.Optimizer):
@@ -300,13 +290,55 @@ class Muon(torch.optim.Optimizer):
 
 
 class AdamW(torch.optim.AdamW):
-    """torch's AdamW (decoupled weight decay; the same update as nanochat's adamw_step_fused), with
-    the gradients averaged over the ranks first."""
+    """torch's AdamW (decoupled weight decay; the same update as nanochat's adamw_step_fused), its
+    state sharded over the ranks (as nanochat 92d63d4's MuonAdamW, which shards by slices of each large
+    tensor; here by whole tensors, the owner scheme of Muon): parameter j of the flattened
+    groups belongs to rank j % world, which receives the summed gradient, updates it, holds its two
+    moments, and broadcasts the new weights. On one process it is torch's AdamW."""
+
+    def _owners(self) -> list[tuple[int, torch.Tensor]]:
+        world = _world()[1]
+        return [(j % world, p) for j, p in enumerate(p for g in self.param_groups for p in g["params"])]
 
     @torch.no_grad()
     def step(self, closure=None):
-        sync_grads([p for g in self.param_groups for p in g["params"]])
-        return super().step(closure)
+        rank, world = _world()
+        if world == 1:
+            return super().step(closure)
+        owners = [(o, p) for o, p in self._owners() if p.grad is not None]
+        for w in [dist.reduce(p.grad, dst=o, async_op=True) for o, p in owners]:
+            w.wait()
+        for o, p in owners:
+            if o == rank:
+                p.grad.div_(world)
+            else:
+                p.grad = None  # torch's AdamW skips it: no update, no state here
+        loss = super().step(closure)
+        for w in [dist.broadcast(p, src=o, async_op=True) for o, p in owners]:
+            w.wait()
+        return loss
+
+    def full_state_dict(self) -> dict:
+        """Every parameter's state, gathered from the owner ranks to rank 0 (a collective; the other
+        ranks get their own state_dict()); load_state_dict keeps each rank's share on any world size."""
+        rank, world = _world()
+        local = self.state_dict()
+        if world == 1:
+            return local
+        shares = [None] * world if rank == 0 else None
+        dist.gather_object({k: {n: t.cpu() if torch.is_tensor(t) else t for n, t in v.items()}
+                            for k, v in local["state"].items()}, shares, dst=0)
+        if rank != 0:
+            return local
+        return {"state": {k: v for share in shares for k, v in share.items()}, "param_groups": local["param_groups"]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a full state (full_state_dict), then keep only the parameters this rank owns."""
+        super().load_state_dict(state_dict)
+        rank = _world()[0]
+        for owner, p in self._owners():
+            if owner != rank:
+                self.state.pop(p, None)
 
 
 def lr_scales(cfg) -> tuple[float, float]:

@@ -42,7 +42,7 @@ from xsa.bpb import evaluate_bpb
 from xsa.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
 from xsa.config import PRESETS, ConfigError, TrainConfig
 from xsa.diagnostics import diagnostics_snapshot
-from xsa.model import GPT
+from xsa.model import build as build_model
 from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, read_json, read_jsonl
 from xsa.runlock import RunFolderBusy, own_run
 from xsa.runlog import finished_summary, kept_log
@@ -259,12 +259,9 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     T = cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
 
-    # build: the model (initialised on the CPU from the seed, so every device starts from the same
-    # weights), its training step, the loader and the evaluator
-    torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model)
-    model.init_weights()
-    model.to(device)
+    # build: the model (xsa.model.build: on the CPU as the committed runs, on the meta device and
+    # then the GPU under CUDA), its training step, the loader and the evaluator
+    model = build_model(cfg.model, cfg.seed, device)
     step_fn = Step(model, cfg, device)
     step, loop = 0, Loop()
     if saved is not None and ckpt.state_path(out).exists():
