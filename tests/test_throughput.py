@@ -126,7 +126,7 @@ def test_datasheet_peaks_by_device_name(monkeypatch):
 
 
 def test_gpu_quick_check_dry_mode(tmp_path):
-    """The five-minute GPU check's parts on a CPU (tiny shapes, eager bf16 autocast), through the script."""
+    """The GPU quick check's parts on a CPU (tiny shapes, bf16 autocast, the XSA arm compiled), through the script."""
     out = tmp_path / "quick.json"
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -134,14 +134,20 @@ def test_gpu_quick_check_dry_mode(tmp_path):
     r = json.loads(out.read_text())
     assert r["complete"] and r["ok"] and r["dry"]
     parts = r["parts"]
-    assert set(parts) == {"versions", "compile", "steps", "precision", "abba", "xsa_cos", "resume"}
+    assert set(parts) == {"versions", "compile", "steps", "precision", "sdpa", "timing", "xsa_cos", "resume",
+                          "memory"}
     assert all(p["ok"] for p in parts.values()), {k: p.get("error") for k, p in parts.items()}
     assert parts["versions"]["matmul_peak_flops"] > 0 and parts["versions"]["datasheet_peak_flops"] is None
+    assert parts["compile"]["graphs_compiled"] >= 1  # the dry mode compiles the XSA arm
     assert len(set(parts["steps"]["lr_mults"])) == 4 and parts["steps"]["new_graphs"] in (0, None)
     assert parts["precision"]["loss_diff"] < parts["precision"]["loss_tol"]
-    assert parts["abba"]["baseline_tok_per_s"] > 0 and parts["abba"]["xsa_mfu"] > 0
+    assert parts["sdpa"]["backend"] in ("flash", "efficient", "cudnn", "math")
+    timing = parts["timing"]
+    assert timing["micro_batches"] == 2 and timing["baseline_tok_per_s"] > 0 and timing["xsa_mfu"] > 0
+    assert 0 < timing["xsa_optimizer_s"] < timing["xsa_step_s"]
     assert max(parts["xsa_cos"]["mean_abs_cos_per_layer"]) < 1e-3
-    assert parts["resume"]["bitwise_equal"]
+    resume = parts["resume"]
+    assert resume["bitwise_equal"] and resume["tolerance"] < resume["lost_state_diff"]
     again = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "never overwritten" in again.stderr
