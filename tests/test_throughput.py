@@ -129,7 +129,7 @@ def test_gpu_quick_check_dry_mode(tmp_path):
     """The GPU quick check's parts on a CPU (tiny shapes, bf16 autocast, the XSA arm compiled), through the script."""
     out = tmp_path / "quick.json"
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          capture_output=True, text=True, timeout=480, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["complete"] and r["ok"] and r["dry"]
