@@ -1,5 +1,5 @@
 """
-First contact with a GPU in a few minutes: no data, no network, one GPU, the server's own python.
+First contact with a GPU in minutes (an estimated 6-9): no data, no network, one GPU, the server's own python.
 
     PYTHONPATH=. python -m xsa.gpu_check --quick       # on the GPU (scripts/gpu_check.sh --quick)
     PYTHONPATH=. python -m xsa.gpu_check --quick --dry # on a CPU, tiny shapes (what the tests run)
@@ -27,8 +27,8 @@ or --out. A part that fails records its error and the next one runs. Parts:
              rows, d24-nanochat at 16 and 8)
 
 The batch is synthetic (the copy task of xsa.throughput), so nothing is downloaded. Shapes: d12 on
-the GPU; the smoke preset in the dry mode, which compiles the XSA arm only and takes well under a
-minute.
+the GPU; the smoke preset in the dry mode, which compiles the XSA arm only (about 40 s of CPU time,
+most of it the compile).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the quick check (the only mode; accepted for the "
                                                          "commands written with it)")
-    p.add_argument("--dry", action="store_true", help="the same parts on a CPU, tiny shapes (well under a minute)")
+    p.add_argument("--dry", action="store_true", help="the same parts on a CPU, tiny shapes (about 40 s of CPU time)")
     p.add_argument("--out", default=None, help="the JSON record (default results/gpu/quick-<UTC time>.json; "
                                                "dry: the system's temporary folder)")
     p.add_argument("--batch", type=_positive, default=None,
