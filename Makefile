@@ -5,6 +5,7 @@
 #   make report [STUDY=...]                the paper from the committed records alone (trains nothing)
 #   make reproduce RUN=<run id>            retrain one committed run and compare it with its record
 #   make study STUDY=robust                train an adaptive study until it declares no more runs
+#   make gpu-study                         the gpu study on one 8-GPU node: data, torchrun, evaluations, paper
 
 PYTHON ?= python3
 VENV := .venv
@@ -24,7 +25,7 @@ export XSA_EVAL_BUNDLE := $(abspath ../shared/eval_bundle)
 endif
 endif
 
-.PHONY: setup browser tcmalloc test paper study report reproduce
+.PHONY: setup browser tcmalloc test paper study report reproduce gpu-study
 
 setup: $(STAMP)
 
@@ -83,3 +84,20 @@ reproduce: setup tcmalloc
 # still trains). LEAVE_OUT is split into run ids with globbing off.
 report: setup
 	set -f; $(PIPELINE) --stages paper $${LEAVE_OUT:+--leave-out $$LEAVE_OUT} $(if $(INTERIM),--interim)
+
+# The gpu study on one GPU node (8 x H100 or H200): its data (sized for what d24's rows read), the
+# four runs one after the other, each over every GPU with torchrun (xsa/gpu_study.py; a run stopped
+# part-way resumes), then CORE, SFT, ChatCORE, diagnostics and throughput as one pipeline shard per
+# GPU (the trained runs are found done and skipped), then the paper. NGPU=<n> and DEVICE_BATCH=<rows>
+# (e.g. 8 for d24-nanochat on 80 GB) where the defaults do not fit.
+NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+GPU_PIPELINE := $(PY) -m xsa.pipeline --study gpu
+gpu-study: setup
+	@test "$(NGPU)" -ge 1 2>/dev/null || { echo "gpu-study: no GPU visible (nvidia-smi -L lists none; set NGPU=<n>)"; exit 2; }
+	$(GPU_PIPELINE) --stages validation data
+	$(PY) -m xsa.gpu_study --study gpu --nproc $(NGPU) $(if $(DEVICE_BATCH),--device-batch-size $(DEVICE_BATCH))
+	@pids=""; for k in $$(seq 0 $$(($(NGPU) - 1))); do \
+		echo "CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(NGPU)"; \
+		CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(NGPU) & pids="$$pids $$!"; \
+	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
+	$(GPU_PIPELINE) --stages paper

@@ -253,7 +253,7 @@ def test_preset_horizon_and_shard_count(monkeypatch):
 def test_cli_tokens_and_preset_size_the_build(sandbox, monkeypatch):
     seen = []
 
-    def fake_build(subset, path, force=False, bundle=None, tokens=None):
+    def fake_build(subset, path, force=False, bundle=None, tokens=None, repeat=None):
         seen.append((subset, tokens))
         _fake_build_into(subset, Path(path), bundle)
     monkeypatch.setattr(data_main, "build", fake_build)  # the command's builder
@@ -262,7 +262,10 @@ def test_cli_tokens_and_preset_size_the_build(sandbox, monkeypatch):
     assert main(["build", "--preset", "d24", "--data-dir", d]) == 0
     assert main(["build", "--preset", "d12", "--subset", "climbmix", "--data-dir", d]) == 0
     assert main(["build", "--preset", "cpu-w64-d4", "--data-dir", d]) == 0  # its data, nothing to size
-    assert seen == [("climbmix", 4e9), ("climbmix", 4026531840), ("climbmix", 1321205760), ("default-4k", None)]
+    # a preset's build holds what its best-fit rows read over its horizon (4,026,531,840 tokens at d24)
+    assert seen == [("climbmix", 4e9), ("climbmix", climbmix.preset_tokens_read("d24")),
+                    ("climbmix", climbmix.preset_tokens_read("d12")), ("default-4k", None)]
+    assert climbmix.preset_tokens_read("d24") == -(-4026531840 * 100 // 65)
 
 
 def test_build_uses_the_sized_shard_count(sandbox, monkeypatch):
@@ -321,7 +324,7 @@ def test_tokens_identical_for_one_thread_and_several(tmp_path):
 def test_cli_default_subset_is_default(sandbox, monkeypatch, capsys):
     seen = []
 
-    def fake_build(subset, path, force=False, bundle=None, tokens=None):
+    def fake_build(subset, path, force=False, bundle=None, tokens=None, repeat=None):
         seen.append(subset)
         _fake_build_into(subset, Path(path), bundle)
     monkeypatch.setattr(data_main, "build", fake_build)  # the command's builder

@@ -40,7 +40,11 @@ LOSS_TOL = 5e-3
 GRAD_COS = 0.99
 ZV_MEAN, ZV_MAX = 1e-3, 4e-3
 THREADS = (1, pytest.param(2, marks=pytest.mark.slow))  # 2 threads: compiled again, kernels per thread count
-STABLE = dict(matrix_lr=0.01)
+# a stable toy: the smoke preset's matrix_lr 0.02 spikes on the bf16 path (below), and its embedding lr,
+# 0.3 x (64 / 768)^-0.5 = 1.04 at this width, moves the embeddings (stored in bf16 on this path, as
+# nanochat stores them) by about their own size a step: val bpb then rose from 3.72 to 3.88 at step
+# 15 before falling, where 0.1 falls at every evaluation
+STABLE = dict(matrix_lr=0.01, embedding_lr=0.1)
 
 
 @pytest.fixture

@@ -121,7 +121,7 @@ def test_datasheet_peaks_by_device_name(monkeypatch):
     from xsa.common import datasheet_peak_flops, mfu
     assert datasheet_peak_flops(torch.device("cpu")) is None
     for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
-                       ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:
+                       ("NVIDIA H200 NVL", 836e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
         assert datasheet_peak_flops(torch.device("cuda")) == peak, name
     # one MFU, two peaks: the measured one (about 790 TFLOP/s on an H200) and the datasheet's 989
@@ -130,22 +130,28 @@ def test_datasheet_peaks_by_device_name(monkeypatch):
 
 
 def test_gpu_quick_check_dry_mode(tmp_path):
-    """The five-minute GPU check's parts on a CPU (tiny shapes, eager bf16 autocast), through the script."""
+    """The GPU quick check's parts on a CPU (tiny shapes, bf16 autocast, the XSA arm compiled), through the script."""
     out = tmp_path / "quick.json"
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          capture_output=True, text=True, timeout=480, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["complete"] and r["ok"] and r["dry"]
     parts = r["parts"]
-    assert set(parts) == {"versions", "compile", "steps", "precision", "abba", "xsa_cos", "resume"}
+    assert set(parts) == {"versions", "compile", "steps", "precision", "sdpa", "timing", "xsa_cos", "resume",
+                          "memory"}
     assert all(p["ok"] for p in parts.values()), {k: p.get("error") for k, p in parts.items()}
     assert parts["versions"]["matmul_peak_flops"] > 0 and parts["versions"]["datasheet_peak_flops"] is None
+    assert parts["compile"]["graphs_compiled"] >= 1  # the dry mode compiles the XSA arm
     assert len(set(parts["steps"]["lr_mults"])) == 4 and parts["steps"]["new_graphs"] in (0, None)
     assert parts["precision"]["loss_diff"] < parts["precision"]["loss_tol"]
-    assert parts["abba"]["baseline_tok_per_s"] > 0 and parts["abba"]["xsa_mfu"] > 0
+    assert parts["sdpa"]["backend"] in ("flash", "efficient", "cudnn", "math")
+    timing = parts["timing"]
+    assert timing["micro_batches"] == 2 and timing["baseline_tok_per_s"] > 0 and timing["xsa_mfu"] > 0
+    assert 0 < timing["xsa_optimizer_s"] < timing["xsa_step_s"]
     assert max(parts["xsa_cos"]["mean_abs_cos_per_layer"]) < 1e-3
-    assert parts["resume"]["bitwise_equal"]
+    resume = parts["resume"]
+    assert resume["bitwise_equal"] and resume["tolerance"] < resume["lost_state_diff"]
     again = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "never overwritten" in again.stderr

@@ -27,12 +27,20 @@ def autodetect_device(requested: str | None = None) -> torch.device:
             raise ValueError(f"device: {requested!r} requested, but this machine has no MPS device")
         if device.type not in ("cpu", "cuda", "mps"):
             raise ValueError(f"device: {requested!r} is not supported (cpu, cuda, cuda:N, mps or auto)")
-        return device
+        return _tf32(device)
     if torch.cuda.is_available():
-        return torch.device("cuda")
+        return _tf32(torch.device("cuda"))
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _tf32(device: torch.device) -> torch.device:
+    """On CUDA, TF32 for the fp32 matmuls that run outside bf16 autocast (as nanochat's compute_init,
+    92d63d4: set_float32_matmul_precision("high")); CPUs keep full fp32."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    return device
 
 
 def device_name(device: torch.device) -> str:
@@ -140,7 +148,9 @@ DATASHEET_BF16_PEAKS = (
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
     ("H100", 989e12),  # SXM
-    ("H200", 989e12),
+    ("H200 NVL", 836e12),  # the PCIe card: lower clocks and power than the SXM module
+    ("H200 PCIe", 836e12),
+    ("H200", 989e12),  # SXM
     ("GH200", 989e12),
     ("B200", 2250e12),
     ("A100", 312e12),

@@ -185,6 +185,7 @@ DATA_SUBSETS = {
 OPTIMIZERS = ("muon", "adamw")
 NS_SCHEDULES = ("polar_express", "quintic")
 WD_SCHEDULES = ("cosine", "linear")
+ROW_PACKINGS = ("bos", "bestfit")  # xsa/data/loader.py
 # the AdamW parameter groups of a GPT (xsa.model.GPT.param_groups), each with its betas and weight decay
 ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear", "xsa_gate")
 
@@ -235,6 +236,14 @@ class TrainConfig:
     muon_plus: bool = True  # Muon+: Frobenius norm snapped to sqrt(min(rows, cols)) after it
     ns_schedule: str = "polar_express"
     ns_scale: float = 1.01  # Polar Express: G / (||G||_F * ns_scale) before the iteration
+    # Muon's update of same-shape matrices as one stack per shape (compiled on the CUDA code path),
+    # as nanochat on a GPU; the same update to rounding. Off by default, as the committed runs trained;
+    # on in the GPU presets
+    muon_stacked: bool = False
+    # --- data: how training rows are made (xsa/data/loader.py): "bos", a row at every <|bos|> running
+    # through the following documents (the committed runs); "bestfit", nanochat's BOS-aligned best-fit
+    # packing, no token read twice within an epoch (the GPU presets)
+    row_packing: str = "bos"
     # --- precision: on CUDA bf16 autocast + torch.compile always; gpu_path turns both on elsewhere,
     # so the CUDA code path runs (and is tested) on a CPU
     gpu_path: bool = False
@@ -261,7 +270,7 @@ class TrainConfig:
         if self.recipe not in RECIPES:
             raise ConfigError(f"recipe must be one of {sorted(RECIPES)}, got {self.recipe!r}")
         for name, choices in (("optimizer", OPTIMIZERS), ("ns_schedule", NS_SCHEDULES),
-                              ("weight_decay_schedule", WD_SCHEDULES)):
+                              ("weight_decay_schedule", WD_SCHEDULES), ("row_packing", ROW_PACKINGS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         for name in ("device_batch_size", "total_batch_size", "num_tokens", "eval_every", "eval_tokens",
@@ -283,7 +292,7 @@ class TrainConfig:
                      "smear_lr", "adamw_matrix_lr", "weight_decay", "ns_scale"):
             _number(name, getattr(self, name), 0.0, what="a number >= 0")
         for name in ("batch_lr_scaling", "weight_decay_scaling", "muon_eq", "muon_plus", "gpu_path",
-                     "cpu_compile"):
+                     "cpu_compile", "muon_stacked"):
             _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
         for name in ("adam_betas", "adam_weight_decay"):
             value = getattr(self, name)

@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analysis", ("xsa.predict",)),
     # the stages that write run records, and the checks and benchmarks beside them
     ("stages", ("xsa.train", "xsa.evaluate", "xsa.evaluate.*", "xsa.diagnostics", "xsa.throughput",
-                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.reproduce")),
+                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.gpu_parts", "xsa.memory", "xsa.reproduce",
+                "xsa.data.__main__")),
     # tables, figures, claims and sentences, read from run records
     ("report", ("xsa.report", "xsa.report.*")),
     # a study's pre-registration (its power analysis reads the pilot's records)
@@ -38,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the paper's export and its checks
     ("paper", ("xsa.paper", "xsa.paper_checks")),
     # the pipeline over the stage notebooks and its jobs
-    ("pipeline", ("xsa.jobs", "xsa.pipeline")),
+    ("pipeline", ("xsa.jobs", "xsa.pipeline", "xsa.gpu_study")),
 )
 
 
@@ -47,8 +48,10 @@ def _matches(module: str, pattern: str) -> bool:
 
 
 def layer_of(module: str, layers=LAYERS) -> int | None:
-    """The index of the layer `module` belongs to (0 is the lowest), None when it is in none."""
-    for i, (_, patterns) in enumerate(layers):
-        if any(_matches(module, p) for p in patterns):
-            return i
+    """The index of the layer `module` belongs to (0 is the lowest), None when it is in none; a module
+    named exactly wins over a package's ".*" (the data package's command line sits above the data)."""
+    for exact in (True, False):
+        for i, (_, patterns) in enumerate(layers):
+            if any(module == p if exact else _matches(module, p) for p in patterns):
+                return i
     return None

@@ -389,3 +389,22 @@ class GPT(nn.Module):
                 nxt = torch.multinomial(probs, 1, generator=rng)
             ids = nxt
             yield int(nxt.item())
+
+
+def build(config: GPTConfig, seed: int, device: torch.device, meta: bool | None = None) -> GPT:
+    """A GPT initialised from `seed` on `device`.
+
+    On CUDA (meta=None) it is built on the meta device and initialised on the GPU, as nanochat's
+    base_train (92d63d4): no CPU copy of the weights, and every rank draws the same weights from
+    the seed. Elsewhere it is built and initialised on the CPU, as the committed runs were (their
+    weights depend on the random numbers GPT() draws before init_weights)."""
+    torch.manual_seed(seed)
+    if not (device.type == "cuda" if meta is None else meta):
+        model = GPT(config)
+        model.init_weights()
+        return model.to(device)
+    with torch.device("meta"):
+        model = GPT(config)
+    model.to_empty(device=device)
+    model.init_weights()  # writes every parameter and the rotary buffers
+    return model

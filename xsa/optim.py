@@ -20,11 +20,21 @@ COMPUTE_DTYPE) and in fp32 elsewhere (bf16 matmuls are slow on CPUs).
 
 Distributed: no DDP. Each rank accumulates its own gradients; Muon's step reduces every matrix's
 gradient to the rank that owns it (matrix i belongs to rank i % world), the owner computes the
-update, and broadcasts the new weights; AdamW's gradients are all-reduced first (`sync_grads`).
+update, and broadcasts the new weights; AdamW shards its state the same way (parameter j of its
+groups on rank j % world: its memory divided by the ranks, as nanochat's MuonAdamW shards it by
+slices of each large tensor).
 On one process nothing is communicated and the update is the per-matrix function above. Muon's
 state (momentum, second moment) lives on the owner only: a checkpoint gathers it to rank 0
 (`Muon.full_state_dict`), and loading keeps each rank's share, so a resume on any world size
 continues with every matrix's state.
+
+Stacked (`stacked=True`, the GPU presets' `muon_stacked`): each rank stacks the matrices it owns by
+shape and runs one muon_update per shape on the (K, rows, cols) stack, compiled where `compiled`
+(as nanochat 92d63d4's MuonAdamW, which stacks same-shape parameters and runs muon_step_fused,
+torch.compile'd, once per group, with the changing lr, momentum and weight decay as 0-d tensors so
+that no new value recompiles). Ownership, communication and the checkpointed state are those of
+the per-matrix path; the update agrees with it to rounding (tests/test_optim.py). On a GPU the
+per-matrix path launches about 86 kernels per matrix; the stacked, compiled one a few per shape.
 """
 
 from __future__ import annotations
@@ -136,18 +146,6 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def sync_grads(params) -> None:
-    """Average the gradients of `params` over the ranks (in place; nothing on one process)."""
-    rank, world = _world()
-    if world == 1:
-        return
-    grads = [p.grad for p in params if p.grad is not None]
-    works = [dist.all_reduce(g, async_op=True) for g in grads]
-    for g, w in zip(grads, works):
-        w.wait()
-        g.div_(world)
-
-
 class Muon(torch.optim.Optimizer):
     """MomentUm Orthogonalized by Newton-Schulz, for 2-D weight matrices only (muon_update per matrix).
 
@@ -158,10 +156,15 @@ class Muon(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0,
                  ns_steps: int = 5, schedule: str = "polar_express", ns_scale: float = 1.01,
-                 muon_eq: bool = True, muon_plus: bool = True, beta2: float | None = 0.9):
+                 muon_eq: bool = True, muon_plus: bool = True, beta2: float | None = 0.9,
+                 stacked: bool = False, compiled: bool = False):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, ns_steps=ns_steps, schedule=schedule,
                         ns_scale=ns_scale, muon_eq=muon_eq, muon_plus=muon_plus, beta2=beta2)
         super().__init__(params, defaults)
+        self.stacked = stacked
+        # the stacked update, compiled once per stack shape; the scheduled scalars as 0-d CPU tensors
+        self._update = torch.compile(muon_update, dynamic=False, fullgraph=True) if compiled else muon_update
+        self._scalars = {k: torch.zeros((), dtype=torch.float32) for k in ("lr", "momentum", "weight_decay")}
         for group in self.param_groups:
             for p in group["params"]:
                 if p.ndim != 2:
@@ -178,6 +181,8 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self):
+        if self.stacked:
+            return self._step_stacked()
         rank, world = _world()
         for group in self.param_groups:
             # matrix i of a group belongs to rank i % world, whether or not it has a gradient, so that
@@ -203,6 +208,45 @@ class Muon(torch.optim.Optimizer):
                     sends.append(dist.broadcast(p, src=owner, async_op=True))
             for w in sends:
                 w.wait()
+
+    def _update_stack(self, group, params: list) -> None:
+        """One muon_update of the same-shape matrices `params` (all owned here) as one stack."""
+        states = [self._state(p, group["beta2"]) for p in params]
+        P, G = torch.stack(params), torch.stack([p.grad for p in params])
+        M = torch.stack([s["momentum_buffer"] for s in states])
+        S = torch.stack([s["second_momentum_buffer"] for s in states]) if group["beta2"] is not None else None
+        for k, t in self._scalars.items():
+            t.fill_(group[k])
+        self._update(P, G, M, S, **self._scalars, ns_steps=group["ns_steps"], schedule=group["schedule"],
+                     ns_scale=group["ns_scale"], muon_eq=group["muon_eq"], muon_plus=group["muon_plus"],
+                     beta2=group["beta2"])
+        torch._foreach_copy_(params, list(P.unbind(0)))
+        torch._foreach_copy_([s["momentum_buffer"] for s in states], list(M.unbind(0)))
+        if S is not None:
+            torch._foreach_copy_([s["second_momentum_buffer"] for s in states], list(S.unbind(0)))
+
+    @torch.no_grad()
+    def _step_stacked(self):
+        """The stacked step: every gradient reduced to its owner, each owner's matrices updated one
+        stack per shape, the new weights broadcast from their owners (ownership as step())."""
+        rank, world = _world()
+        for group in self.param_groups:
+            params = [(i, p) for i, p in enumerate(group["params"]) if p.grad is not None]
+            if world > 1:
+                works = [dist.reduce(p.grad, dst=i % world, async_op=True) for i, p in params]
+                for w in works:
+                    w.wait()
+            by_shape: dict[tuple, list] = {}
+            for i, p in params:
+                if i % world == rank:
+                    if world > 1:
+                        p.grad.div_(world)
+                    by_shape.setdefault(tuple(p.shape), []).append(p)
+            for same in by_shape.values():
+                self._update_stack(group, same)
+            if world > 1:
+                for w in [dist.broadcast(p, src=i % world, async_op=True) for i, p in params]:
+                    w.wait()
 
     @torch.no_grad()
     def full_state_dict(self) -> dict:
@@ -246,13 +290,55 @@ class Muon(torch.optim.Optimizer):
 
 
 class AdamW(torch.optim.AdamW):
-    """torch's AdamW (decoupled weight decay; the same update as nanochat's adamw_step_fused), with
-    the gradients averaged over the ranks first."""
+    """torch's AdamW (decoupled weight decay; the same update as nanochat's adamw_step_fused), its
+    state sharded over the ranks (as nanochat 92d63d4's MuonAdamW, which shards by slices of each large
+    tensor; here by whole tensors, the owner scheme of Muon): parameter j of the flattened
+    groups belongs to rank j % world, which receives the summed gradient, updates it, holds its two
+    moments, and broadcasts the new weights. On one process it is torch's AdamW."""
+
+    def _owners(self) -> list[tuple[int, torch.Tensor]]:
+        world = _world()[1]
+        return [(j % world, p) for j, p in enumerate(p for g in self.param_groups for p in g["params"])]
 
     @torch.no_grad()
     def step(self, closure=None):
-        sync_grads([p for g in self.param_groups for p in g["params"]])
-        return super().step(closure)
+        rank, world = _world()
+        if world == 1:
+            return super().step(closure)
+        owners = [(o, p) for o, p in self._owners() if p.grad is not None]
+        for w in [dist.reduce(p.grad, dst=o, async_op=True) for o, p in owners]:
+            w.wait()
+        for o, p in owners:
+            if o == rank:
+                p.grad.div_(world)
+            else:
+                p.grad = None  # torch's AdamW skips it: no update, no state here
+        loss = super().step(closure)
+        for w in [dist.broadcast(p, src=o, async_op=True) for o, p in owners]:
+            w.wait()
+        return loss
+
+    def full_state_dict(self) -> dict:
+        """Every parameter's state, gathered from the owner ranks to rank 0 (a collective; the other
+        ranks get their own state_dict()); load_state_dict keeps each rank's share on any world size."""
+        rank, world = _world()
+        local = self.state_dict()
+        if world == 1:
+            return local
+        shares = [None] * world if rank == 0 else None
+        dist.gather_object({k: {n: t.cpu() if torch.is_tensor(t) else t for n, t in v.items()}
+                            for k, v in local["state"].items()}, shares, dst=0)
+        if rank != 0:
+            return local
+        return {"state": {k: v for share in shares for k, v in share.items()}, "param_groups": local["param_groups"]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a full state (full_state_dict), then keep only the parameters this rank owns."""
+        super().load_state_dict(state_dict)
+        rank = _world()[0]
+        for owner, p in self._owners():
+            if owner != rank:
+                self.state.pop(p, None)
 
 
 def lr_scales(cfg) -> tuple[float, float]:
@@ -311,7 +397,8 @@ def build_optimizers(model, cfg, world_size: int = 1) -> list[torch.optim.Optimi
         optimizers.append(Muon([dict(name="matrix", params=groups["matrix"], decay_scheduled=True)],
                                lr=cfg.matrix_lr * batch, momentum=cfg.muon_momentum, weight_decay=wd,
                                schedule=cfg.ns_schedule, ns_scale=cfg.ns_scale, muon_eq=cfg.muon_eq,
-                               muon_plus=cfg.muon_plus, beta2=cfg.normuon_beta2))
+                               muon_plus=cfg.muon_plus, beta2=cfg.normuon_beta2, stacked=cfg.muon_stacked,
+                               compiled=cfg.muon_stacked and (on_cuda or cfg.gpu_path)))
     for opt in optimizers:
         for g in opt.param_groups:
             g["initial_lr"] = g["lr"]

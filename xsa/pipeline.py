@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from xsa.data import ensure_data
+from xsa.data.climbmix import tokens_read
 from xsa.jobs import (STAGES, Context, Job, StageError, config_changes, is_done, jobs_for, prepare_train, recorded_config,
                       train_config, trained)
 from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
@@ -116,8 +117,8 @@ def run_data(ctx: Context, stages) -> None:
         return
     for subset in ctx.study.data_subsets():
         t0 = time.time()
-        # ClimbMix is downloaded for the study's longest horizon on it (the registry corpora are whole)
-        horizon = max(r.config().num_tokens for r in ctx.study.runs if r.config().data == subset)
+        # ClimbMix is downloaded for what the study's most-reading run reads (the registry corpora are whole)
+        horizon = max(tokens_read(r.config()) for r in ctx.study.runs if r.config().data == subset)
         try:
             path = ensure_data(subset, tokens=horizon)
         except Exception as e:

@@ -47,12 +47,14 @@ def _cpu(*, n_layer, n_embd, n_head, seq, batch_rows, num_tokens, data="default"
 
 
 def _gpu(*, n_layer, n_embd, n_head, batch, device_batch):
-    """A GPU preset on ClimbMix: the recipe's optimizer and schedule as base_train runs them."""
+    """A GPU preset on ClimbMix: the recipe's optimizer and schedule as base_train runs them, Muon
+    stacked by shape and rows best-fit packed, as nanochat runs them on a GPU."""
     return dict(
         model=dict(sequence_len=2048, vocab_size=32768, n_layer=n_layer, n_head=n_head, n_kv_head=n_head,
                    n_embd=n_embd),
         data="climbmix", device_batch_size=device_batch, total_batch_size=batch,
-        eval_every=250, eval_tokens=80 * 2**19, checkpoint_every=500, log_every=10)
+        eval_every=250, eval_tokens=80 * 2**19, checkpoint_every=500, log_every=10, muon_stacked=True,
+        row_packing="bestfit")
 
 
 PRESETS: dict[str, dict] = {

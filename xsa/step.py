@@ -10,7 +10,8 @@ eager), the autocast context, and the schedules (learning rate, Muon momentum, w
 functions of the update index. `batches` yields the update's micro-batches; gradients accumulate
 over them, and the optimizers average them over the ranks under torchrun.
 
-Precision policy (`Precision.of`): on CUDA bf16 autocast and torch.compile; elsewhere fp32, because
+Precision policy (`Precision.of`): on CUDA bf16 autocast and torch.compile, the embeddings stored in
+bf16 (`Precision.store`); elsewhere fp32, because
 bf16 matmuls are slow on CPUs, eager unless the config's cpu_compile asks for torch.compile (about
 1.7x faster on this CPU), and the CUDA code path itself where the config's gpu_path asks for it.
 """
@@ -107,6 +108,16 @@ class Precision:
     def compiled(self, model):
         return torch.compile(model, dynamic=False) if self.compile else model
 
+    def store(self, model) -> None:
+        """Under bf16 autocast, keep the token and value embeddings in bf16, as nanochat 92d63d4
+        (GPT.init_weights casts them to its compute dtype): lookups need no fp32 master copy, and their
+        weights, gradients and AdamW moments take half the memory (python -m xsa.memory). From the
+        embedding on, the residual stream is then bf16, as nanochat's."""
+        if self.autocast == torch.bfloat16:
+            model.wte.to(torch.bfloat16)
+            for ve in model.value_embeds.values():
+                ve.to(torch.bfloat16)
+
 
 # -----------------------------------------------------------------------------
 # The step
@@ -122,6 +133,7 @@ class Step:
     def __init__(self, model, cfg: TrainConfig, device: torch.device, *, schedules: Schedules | None = None):
         self.model, self.cfg, self.device = model, cfg, device
         self.precision = Precision.of(device, cfg)
+        self.precision.store(model)  # before the optimizers: their state follows the weights' dtype
         self.optimizers = build_optimizers(model, cfg)
         self.forward = self.precision.compiled(model)
         # the chunked loss where the config asks for it (xsa/loss.py); the default call is unchanged

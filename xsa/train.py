@@ -15,11 +15,10 @@ of the batch of update s (computed before that update); the first logged step is
 only the evaluation of the initial model. Val bpb is measured at step 0, every eval_every steps and at
 the last step of the run.
 
-RUN_DIR/metrics.jsonl has one line per logged step: step, train_loss, train_loss_ema, lr_mult,
-tok_per_s, mfu (against the measured matmul peak), mfu_datasheet (against the GPU datasheet's bf16
-peak, as nanochat; None on CPU), and on eval steps val_bpb and diag (attention diagnostics per layer on a fixed
-4-row validation batch, see xsa/diagnostics.py). train_loss_ema is an EMA (beta 0.9) of every
-step's train loss, debiased like Adam's moments: ema_s / (1 - beta^s), where ema_0 = 0.
+RUN_DIR/metrics.jsonl has one line per logged step: step, train_loss, train_loss_ema (an EMA, beta
+0.9, debiased like Adam's moments), lr_mult, tok_per_s, mfu (against the measured matmul peak),
+mfu_datasheet (the GPU datasheet's bf16 peak, as nanochat; None on CPU), and on eval steps val_bpb
+and diag (attention diagnostics per layer on a fixed 4-row validation batch, xsa/diagnostics.py).
 
 Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32; compiled with cpu_compile=true, as
 every run of the robust study trains, else eager) are detected automatically (the precision policy
@@ -32,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import math
 import sys
@@ -50,10 +48,11 @@ from xsa.common import autodetect_device, clock, datasheet_peak_flops, device_na
 from xsa.config import ConfigError, TrainConfig
 from xsa.data import data_dir as default_data_dir, ensure_data
 from xsa.data.build import COMPLETE
+from xsa.data.climbmix import tokens_read
 from xsa.data.loader import TokenLoader, val_batches
 from xsa.data.shards import MANIFEST
 from xsa.diagnostics import diagnostics_snapshot
-from xsa.model import GPT
+from xsa.model import GPT, build as build_model
 from xsa.presets import PRESETS
 from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, sha256_file
 from xsa.runlock import RunFolderBusy, hold_folder, move_aside, own_run
@@ -134,7 +133,8 @@ class Timers:
 # Training
 
 def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = False,
-          max_steps: int | None = None, data_dir=None, device=None, progress: bool = True) -> dict:
+          max_steps: int | None = None, data_dir=None, device=None, progress: bool = True,
+          device_batch_size: int | None = None) -> dict:
     """Train `cfg` into the run folder `out_dir`; return the summary dict (also in summary.json).
 
     resume: continue from out_dir/ckpt/state.pt (the config must be identical).
@@ -142,10 +142,15 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
     max_steps: stop after this many updates in total (the schedule still spans the full horizon,
         so a later --resume finishes the same run), e.g. for short measurements.
     data_dir: the built data folder (default: xsa.data.ensure_data(cfg.data), built if missing).
+    device_batch_size: rows per micro-batch here (default: the config's): how an update is computed,
+        not which, so it is recorded in the provenance and a resume may change it (16 -> 8 rows, say).
     Under torchrun, every rank calls this; rank 0 writes the records.
     """
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ConfigError(f"max_steps must be a positive integer, got {max_steps!r}")
+    rows = cfg.device_batch_size if device_batch_size is None else device_batch_size
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ConfigError(f"device_batch_size must be a positive integer, got {device_batch_size!r}")
     is_ddp, rank, local_rank, world = dist_info()
     device = autodetect_device(device)
     if device.type == "cuda" and is_ddp:
@@ -157,19 +162,18 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
     try:
         with own_run(out_dir, "training") if rank == 0 else contextlib.nullcontext():  # one owner per folder
             return _train(cfg, Path(out_dir), resume, overwrite, max_steps, data_dir, device,
-                          progress, is_ddp, rank, world)
+                          progress, is_ddp, rank, world, rows)
     finally:
         if own_group:
             dist.destroy_process_group()
 
 
-def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
+def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B):
     """Check the run folder and the data on every rank before rank 0 writes anything; return
     (saved config.json or None, data folder, tokenizer)."""
-    rows = cfg.device_batch_size * cfg.model.sequence_len * world
-    if cfg.total_batch_size % rows != 0:
+    if cfg.total_batch_size % (B * cfg.model.sequence_len * world) != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
-                          f"* sequence_len * world_size ({cfg.device_batch_size} * {cfg.model.sequence_len} * {world})")
+                          f"* sequence_len * world_size ({B} * {cfg.model.sequence_len} * {world})")
     saved = check_run_dir(out, cfg, resume, overwrite)
     if data_dir is None and saved is not None:
         data_dir = saved.get("data_dir")
@@ -180,7 +184,7 @@ def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world):
                                     f"python -m xsa.data build --subset {cfg.data}")
     _barrier(is_ddp)
     if rank == 0:  # build (or verify) the data once; the other ranks wait, then find it built
-        data_dir = ensure_data(cfg.data, data_dir=data_dir, tokens=cfg.num_tokens)
+        data_dir = ensure_data(cfg.data, data_dir=data_dir, tokens=tokens_read(cfg))
     _barrier(is_ddp)
     if rank != 0:
         data_dir = ensure_data(cfg.data, data_dir=data_dir, verify=False)
@@ -199,11 +203,11 @@ def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) ->
     atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
-def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
+def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int, B: int):
     """evaluate(diag) -> {"val_bpb", and on rank 0 where diag "diag"}: bpb on the fixed validation
-    stream (each rank takes every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
+    stream (each rank reads every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
     rows (at every cfg.diag_every-th evaluation: they cost a forward pass of their own)."""
-    B, T = cfg.device_batch_size, cfg.model.sequence_len
+    T = cfg.model.sequence_len
     diag_x = None
     if rank == 0:
         rows = min(B, DIAG_ROWS)
@@ -211,9 +215,10 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int):
                                        device=step.device)))[0]
 
     def evaluate(diag: bool = True) -> dict:
-        batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=step.device)
+        batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=step.device,
+                              rank=rank, world_size=world)  # this rank's batches only
         with step.precision.context():
-            record = {"val_bpb": evaluate_bpb(step.forward, itertools.islice(batches, rank, None, world), token_bytes)}
+            record = {"val_bpb": evaluate_bpb(step.forward, batches, token_bytes)}
             if rank == 0 and diag:
                 record["diag"] = diagnostics_snapshot(step.model, diag_x)
         return record
@@ -244,11 +249,9 @@ def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
 
 def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
     """(model, its training step, the step to start from, the loop's values): the model initialised
-    on the CPU from the seed (every device starts from the same weights), or the checkpoint's state."""
-    torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model)
-    model.init_weights()
-    model.to(device)
+    from the seed (xsa.model.build: on the CPU as the committed runs, on the meta device and then the
+    GPU under CUDA), or the checkpoint's state."""
+    model = build_model(cfg.model, cfg.seed, device)
     step_fn = Step(model, cfg, device)
     if saved is None or not ckpt.state_path(out).exists():
         return model, step_fn, 0, Loop()
@@ -257,14 +260,14 @@ def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
     return model, step_fn, step, Loop.from_dict(loop_state)
 
 
-def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world):
+def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world, B):
     # open the run (folder, data, tokenizer), then build the model, its step, the loader and the evaluator
     timers = Timers(device)
-    saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world)
+    saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B)
     if saved is not None and (done := finished_summary(out, cfg)) is not None:
         print0(f"{out}: already trained to its horizon ({cfg.num_iterations} steps); nothing was changed")
         return done
-    B, T = cfg.device_batch_size, cfg.model.sequence_len
+    T = cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
     model, step_fn, step, loop = _start_model(cfg, out, saved, device)
     loop.data_sha256 = _same_data(loop.data_sha256, data_dir, out)
@@ -273,8 +276,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         _start_log(out, cfg, saved, data_dir, step)
     _barrier(is_ddp)
     loader = TokenLoader(data_dir, split="train", batch_size=B, seq_len=T, rows_per_step=cfg.total_batch_size // T,
-                         seed=cfg.seed, rank=rank, world_size=world, device=device)
-    evaluate = _evaluator(cfg, data_dir, tokenizer.token_bytes.to(device), step_fn, rank, world)
+                         seed=cfg.seed, rank=rank, world_size=world, device=device, packing=cfg.row_packing)
+    evaluate = _evaluator(cfg, data_dir, tokenizer.token_bytes.to(device), step_fn, rank, world, B)
     write = (lambda record: append_jsonl(out / "metrics.jsonl", record)) if rank == 0 else (lambda record: None)
 
     end = cfg.num_iterations if max_steps is None else min(cfg.num_iterations, max_steps)
@@ -328,7 +331,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                 _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg)
     pbar.close()
     timers.add_run_time(loop)
-    return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp)
+    return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp, B)
 
 
 def _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg) -> None:
@@ -343,7 +346,7 @@ def _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg) -> None:
                              loop_state=asdict(loop), config=cfg)
 
 
-def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp) -> dict:
+def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp, B) -> dict:
     """Write the final model, summary.json and provenance.json (rank 0); return the summary."""
     summary = dict(
         val_bpb=loop.val_bpb, steps=step, tokens=step * cfg.total_batch_size, num_iterations=cfg.num_iterations,
@@ -364,7 +367,7 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         atomic_write_json(out / "provenance.json", provenance(
             config_hash=cfg.config_hash(), seed=cfg.seed, device=device_name(device),
             wall_time_s=loop.wall_time_s,
-            extra=dict(world_size=world, data_dir=str(data_dir), data_sha256=data_fingerprint(data_dir),
+            extra=dict(world_size=world, device_batch_size=B, data_dir=str(data_dir), data_sha256=data_fingerprint(data_dir),
                        num_threads=torch.get_num_threads(), cpu_time_s=loop.cpu_time_s,
                        command=" ".join(sys.argv))))
     _barrier(is_ddp)
@@ -374,8 +377,8 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
 # -----------------------------------------------------------------------------
 # Command line
 
-FLAGS = dict(alpha="xsa_alpha", xsa_layers="xsa_layers", xsa_value="xsa_value", optimizer="optimizer",
-             device_batch_size="device_batch_size")  # the flags that set a config field, by field
+FLAGS = dict(alpha="xsa_alpha", xsa_layers="xsa_layers", xsa_value="xsa_value",
+             optimizer="optimizer")  # the flags that set a config field, by field
 
 
 def run_of_args(args) -> Run:
@@ -408,7 +411,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation and data order (default 0)")
     p.add_argument("--device-batch-size", type=int, default=None,
                    help="rows per micro-batch (default: the preset's; the total batch stays, more micro-batches "
-                        "accumulate), e.g. 8 for d24-nanochat on an 80 GB GPU")
+                        "accumulate), e.g. 8 for d24-nanochat on an 80 GB GPU; recorded in the run's provenance, "
+                        "not its id, and a --resume may change it")
     p.add_argument("--out", default=None, help="run folder (default: results/runs/<run id>, e.g. cpu-w64-d4_xsa1_s0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
@@ -426,7 +430,8 @@ def main(argv=None):
         run = run_of_args(args)
         out = Path(args.out) if args.out else REPO_ROOT / "results" / "runs" / run.run_id
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
-                        data_dir=args.data_dir, device=args.device, progress=not args.no_progress)
+                        data_dir=args.data_dir, device=args.device, progress=not args.no_progress,
+                        device_batch_size=args.device_batch_size)
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -22,6 +22,7 @@ from xsa.data.bundle import BUNDLE_ENV, BundleError, resolve_bundle
 from xsa.data.shards import check_files
 from xsa.data.sources import ARCHIVE_DIR_ENV, DataError
 from xsa.presets import PRESETS, make_config
+from xsa.studies import STUDIES, get_study
 
 DEFAULT_SUBSET = "default"
 SUBSET_HELP = ("smoke: two small sources (tests, smoke runs); default: the full offline corpus, 8,192-token "
@@ -85,7 +86,15 @@ def parser() -> argparse.ArgumentParser:
                                    f"the shards in the folder, else {climbmix.DEFAULT_SHARDS}")
             size.add_argument("--preset", default=None, choices=list(PRESETS), metavar="NAME",
                               help="build the data preset NAME trains on; for ClimbMix, sized (as --tokens) "
-                                   "for its longest horizon over the recipes. One of: " + ", ".join(PRESETS))
+                                   "for the documents its longest horizon over the recipes reads (best-fit "
+                                   f"rows keep about {climbmix.BESTFIT_KEPT * 100:.0f}%% of them). One of: "
+                                   + ", ".join(PRESETS))
+            size.add_argument("--study", default=None, metavar="NAME",
+                              help="build the ClimbMix data of study NAME, sized for its most-reading run "
+                                   "(e.g. gpu: d24's)")
+            c.add_argument("--repeat", action="store_true",
+                           help=f"accept a complete ClimbMix build smaller than the size asked for (the runs "
+                                f"then read their data more than once; training: ${climbmix.REPEAT_ENV}=1)")
     return p
 
 
@@ -97,13 +106,22 @@ def _build_plan(args) -> tuple[str, Path, float | None]:
     """(subset, data dir, tokens) of a build, every argument checked; raises _Refused."""
 
     subset, tokens = args.subset, args.tokens
+    if args.study:
+        if args.study not in STUDIES:
+            raise _Refused(f"--study {args.study!r}: not a study (one of {', '.join(STUDIES)})")
+        tokens = climbmix.study_tokens(get_study(args.study))
+        if tokens is None:
+            raise _Refused(f"--study {args.study} trains on no ClimbMix data; build its subset with --subset")
+        if subset not in (None, "climbmix"):
+            raise _Refused(f"--study {args.study} sizes the climbmix data, not --subset {subset}")
+        subset = "climbmix"
     if args.preset:
         data = make_config(args.preset).data
         if subset not in (None, data):
             raise _Refused(f"--preset {args.preset} trains on the {data!r} data, not --subset {subset}")
         subset = data
         if DATA_SUBSETS[data]["corpus"] == "climbmix":
-            tokens = climbmix.preset_tokens(args.preset)
+            tokens = climbmix.preset_tokens_read(args.preset)
     subset = subset or DEFAULT_SUBSET
     climb = DATA_SUBSETS[subset]["corpus"] == "climbmix"
     if args.tokens is not None and not climb:
@@ -148,7 +166,7 @@ def main(argv=None) -> int:
             os.environ[ARCHIVE_DIR_ENV] = str(args.archive_dir.expanduser())
         t = time.time()
         try:
-            build(subset, path, force=args.force, bundle=args.bundle, tokens=tokens)
+            build(subset, path, force=args.force, bundle=args.bundle, tokens=tokens, repeat=args.repeat or None)
         except DataDirError as e:  # the folder changed under us since the check
             return fail(e, 2)
         except (DataError, BundleError, FileNotFoundError, RuntimeError) as e:
@@ -166,7 +184,7 @@ def main(argv=None) -> int:
                     f"{' --data-dir ' + str(path) if args.data_dir else ''})", 2)
     if args.command == "verify":
         try:
-            check_files(path, full=True)
+            check_files(path, full=True, cached=False)
         except (OSError, ValueError) as e:
             return fail(e, 1)
         print(f"{path}: all files match the manifest")

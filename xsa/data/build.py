@@ -217,12 +217,14 @@ def _read_jsonl(path: Path):  # streaming; records.read_jsonl would hold the who
 
 
 def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None = None,
-          tokens: float | None = None) -> Path:
+          tokens: float | None = None, repeat: bool | None = None) -> Path:
     """Build DIR for `subset` unless a complete build is already there (or force). Returns DIR.
 
     DIR must be absent, empty or a build of ours (check_data_dir), else DataDirError before any work.
     tokens (ClimbMix only; ignored for the registry corpora): size the training shards for this
-    training horizon (climbmix.shards_for_tokens); default climbmix.num_train_shards().
+    training horizon (climbmix.shards_for_tokens); default climbmix.num_train_shards(). A complete
+    ClimbMix build with fewer training shards than that is refused (SmallBuildError), unless
+    `repeat` (default: $XSA_DATA_REPEAT=1) accepts that the runs read their data more than once.
     """
     if subset not in DATA_SUBSETS:
         raise ValueError(f"unknown data subset {subset!r}; choose one of {sorted(DATA_SUBSETS)}")
@@ -234,7 +236,7 @@ def build(subset: str, out_dir: Path, force: bool = False, bundle: Path | None =
     with FileLock(str(out_dir.parent / f".{out_dir.name}.lock")):  # one builder per directory
         _remove_stale(out_dir)
         if (out_dir / COMPLETE).exists() and not force:
-            _warn_if_fewer_shards(out_dir, num_train)
+            check_enough_shards(out_dir, num_train, repeat)
             return Path(given)
         check_data_dir(out_dir)  # again, under the lock
         tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}"
@@ -261,18 +263,30 @@ def _remove_stale(out_dir: Path) -> None:
                 shutil.rmtree(stale, ignore_errors=True)
 
 
-def _warn_if_fewer_shards(out_dir: Path, num_train: int | None) -> None:
-    """A complete ClimbMix build is kept as it is; say so if it has fewer shards than asked for."""
+class SmallBuildError(DataDirError):
+    """A complete ClimbMix build with fewer training shards than a horizon needs."""
+
+
+def check_enough_shards(out_dir: Path, num_train: int | None, repeat: bool | None) -> None:
+    """A complete ClimbMix build is kept as it is; refuse it if it has fewer shards than asked for
+    (the run would read its data about num_train / shards times), unless `repeat` says so."""
     if num_train is None:
         return
     try:
         files = json.loads((out_dir / "data_card.json").read_text())["sources"]["climbmix"]["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return
-    if len(files) - 1 < num_train:
-        print(f"warning: {out_dir} is a complete build of {len(files) - 1} ClimbMix training shard(s), fewer than "
-              f"the {num_train} asked for; kept as it is (rebuild with --force to use {num_train})",
-              file=sys.stderr, flush=True)
+    have = len(files) - 1
+    if have >= num_train:
+        return
+    repeat = os.environ.get(climbmix.REPEAT_ENV) == "1" if repeat is None else repeat
+    what = (f"{out_dir} is a complete build of {have} ClimbMix training shard(s), fewer than the {num_train} "
+            f"asked for (the run would read its data about {num_train / have:.1f} times)")
+    if not repeat:
+        raise SmallBuildError(f"{what}; rebuild with: python -m xsa.data build --force --data-dir {out_dir} "
+                              f"(--preset or --study to size it), or accept the repeats with --repeat "
+                              f"(${climbmix.REPEAT_ENV}=1)")
+    print(f"warning: {what}; kept as asked", file=sys.stderr, flush=True)
 
 
 def _build_into(subset: str, out: Path, bundle: Path | None, num_train: int | None = None) -> None:

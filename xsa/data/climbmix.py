@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from xsa.common import cache_dir
-from xsa.config import RECIPES
+from xsa.config import DATA_SUBSETS, RECIPES
 from xsa.data.hub import download_parquet
 from xsa.presets import make_config
 
@@ -65,10 +65,36 @@ def shards_for_tokens(tokens: float, chars_per_token: float | None = None, chars
     return max(1, min(int(available), need))
 
 
+# Best-fit packing (the GPU presets' row_packing) crops the document that ends a row and drops its
+# rest: about 35% of the tokens at T = 2048 on ClimbMix's whole documents (nanochat 92d63d4,
+# nanochat/dataloader.py's docstring). Our shards cut documents into segments of at most
+# SEGMENT_CHARS (xsa/data/shards.py), which fit rows more often, so this is a bound that errs
+# towards downloading enough: a build for such a run holds its horizon over the fraction kept.
+BESTFIT_KEPT = 0.65
+REPEAT_ENV = "XSA_DATA_REPEAT"  # 1: accept a complete build smaller than the horizon asks (data repeats)
+
+
+def tokens_read(cfg) -> int:
+    """Tokens of documents a run's rows read over its horizon: num_tokens, over BESTFIT_KEPT where
+    rows are best-fit packed."""
+    return math.ceil(cfg.num_tokens / BESTFIT_KEPT) if cfg.row_packing == "bestfit" else cfg.num_tokens
+
+
+def study_tokens(study) -> int | None:
+    """The most tokens_read of a study's ClimbMix runs (None: it has none): what its build holds."""
+    reads = [tokens_read(r.config()) for r in study.runs if DATA_SUBSETS[r.config().data]["corpus"] == "climbmix"]
+    return max(reads) if reads else None
+
+
 def preset_tokens(preset: str) -> int:
     """The largest training horizon (num_tokens) of `preset` over the recipes (a preset may be run
     under any of them), with the preset's defaults; raises ConfigError for an unknown preset."""
     return max(make_config(preset, recipe=r).num_tokens for r in RECIPES)
+
+
+def preset_tokens_read(preset: str) -> int:
+    """tokens_read of `preset` over the recipes: what a build for it holds."""
+    return max(tokens_read(make_config(preset, recipe=r)) for r in RECIPES)
 
 
 def num_train_shards(tokens: float | None = None) -> int | None:

@@ -18,7 +18,7 @@ from typing import Iterable
 
 import numpy as np
 
-from xsa.records import sha256_file
+from xsa.records import atomic_write_text, sha256_file
 
 SEGMENT_CHARS = 3000  # about 700-1000 tokens at 8k vocabulary: comparable to a training row
 SHARD_TOKENS = 100_000_000  # tokens per shard file (200 MB as uint16)
@@ -156,9 +156,19 @@ def read_manifest(root: Path) -> dict:
                                 f"python -m xsa.data build --force --data-dir {root}") from None
 
 
-def check_files(root: Path, full: bool = True, prefix: str = "") -> None:
-    """Raise, naming the file, if any manifest file under `prefix` is missing, truncated or corrupt."""
+VERIFIED = ".verified.json"  # the files whose sha256 matched, by (size, mtime): DIR/.verified.json
+
+
+def check_files(root: Path, full: bool = True, prefix: str = "", cached: bool = True) -> None:
+    """Raise, naming the file, if any manifest file under `prefix` is missing, truncated or corrupt.
+
+    full: compare every file's sha256 with the manifest. cached: skip the hash of a file whose size
+    and modification time are those it had when its hash last matched (DIR/.verified.json), so a
+    start does not re-read tens of GB of shards (nanochat hashes nothing); `python -m xsa.data
+    verify` hashes every file (cached=False)."""
     root = Path(root)
+    seen = _read_verified(root) if cached else {}
+    verified = dict(seen)
     for rel, meta in read_manifest(root).items():
         if not rel.startswith(prefix):
             continue
@@ -166,11 +176,26 @@ def check_files(root: Path, full: bool = True, prefix: str = "") -> None:
         hint = f"rebuild with: python -m xsa.data build --force --data-dir {root}"
         if not path.exists():
             raise FileNotFoundError(f"data file {path} is missing; {hint}")
-        if path.stat().st_size != meta["bytes"]:
-            raise ValueError(f"data file {path} is truncated or damaged: {path.stat().st_size} bytes, "
+        stat = path.stat()
+        if stat.st_size != meta["bytes"]:
+            raise ValueError(f"data file {path} is truncated or damaged: {stat.st_size} bytes, "
                              f"expected {meta['bytes']}; {hint}")
-        if full and sha256_file(path) != meta["sha256"]:
-            raise ValueError(f"data file {path} is corrupt (sha256 mismatch); {hint}")
+        key = [stat.st_size, stat.st_mtime_ns, meta["sha256"]]
+        if full and seen.get(rel) != key:
+            if sha256_file(path) != meta["sha256"]:
+                raise ValueError(f"data file {path} is corrupt (sha256 mismatch); {hint}")
+            verified[rel] = key
+    if full and verified != seen:
+        with contextlib.suppress(OSError):  # a read-only data folder only costs the hashes next time
+            atomic_write_text(root / VERIFIED, json.dumps(verified, sort_keys=True) + "\n")
+
+
+def _read_verified(root: Path) -> dict:
+    try:
+        table = json.loads((root / VERIFIED).read_text())
+        return table if isinstance(table, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def shard_paths(root: Path, split: str) -> list[Path]:

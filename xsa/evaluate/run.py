@@ -134,7 +134,8 @@ def _chat(run_dir, out, bundle, device, max_per_task, sft_steps, sft_data, sft_b
     sft_info = ensure_sft(model, tokenizer, config, Path(run_dir) / "sft", steps=sft_steps, source=sft_data,
                           device=device, bundle=bundle, batch_rows=sft_batch_rows,
                           micro_batch_tokens=sft_micro_batch_tokens)
-    res = evaluate_chatcore(model, tokenizer, bundle, config.model.sequence_len, device, max_per_task)
+    with Precision.of(device, config).context():  # bf16 autocast on CUDA, as training; fp32 elsewhere
+        res = evaluate_chatcore(model, tokenizer, bundle, config.model.sequence_len, device, max_per_task)
     update = {"chatcore": res.pop("chatcore"), "chat_tasks": res.pop("tasks"),
               "chat_detail": {**res, **bound, "trained": trained, "provenance": _provenance(config, device, t0, c0)},
               "sft": {k: v for k, v in sft_info.items() if k != "data"}, "sft_data": sft_info["data"]}

@@ -1,0 +1,83 @@
+"""
+Train a study's runs on one GPU node, one run at a time over every GPU with torchrun (what
+`make gpu-study` runs between the data and the evaluations).
+
+    python -m xsa.gpu_study --study gpu [--nproc 8] [--device-batch-size B] [--print]
+
+Each run trains into its own folder, results/runs/<run id>, under the study's run id and config,
+so the pipeline's train stage then finds it done and skips it; a run stopped part-way resumes
+from its checkpoint (`--resume`), a finished one is left alone. The runs are trained in the
+study's order; a failing run stops the loop (rerun to resume). `--print` prints the commands
+instead of running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+
+import torch
+
+from xsa.layout import default_layout
+from xsa.runlog import finished_summary
+from xsa.spec import format_value
+from xsa.studies import STUDIES, get_study
+
+def train_args(run) -> list[str]:
+    """`python -m xsa.train` arguments that train `run`: every override as --set (Run.command)."""
+    sets = [a for k, v in run.overrides for a in ("--set", f"{k}={format_value(v)}")]
+    return ["--preset", run.preset, *sets, "--seed", str(run.seed)]
+
+
+def commands(study, nproc: int, device_batch_size: int | None = None) -> list[list[str]]:
+    """The torchrun command of every run of `study` not yet trained to its horizon."""
+    layout = default_layout(study.name)
+    out = []
+    for run in study.runs:
+        folder = layout.run_dir(run)
+        if finished_summary(folder, run.config()) is not None:
+            continue
+        cmd = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "xsa.train", *train_args(run),
+               "--out", str(folder), "--no-progress"]
+        if (folder / "config.json").exists():
+            cmd.append("--resume")
+        if device_batch_size:
+            cmd += ["--device-batch-size", str(device_batch_size)]
+        out.append(cmd)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xsa.gpu_study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--study", default="gpu", choices=sorted(STUDIES), help="the study (default gpu)")
+    p.add_argument("--nproc", type=int, default=None, help="GPUs per run (default: every visible GPU)")
+    p.add_argument("--device-batch-size", type=int, default=None,
+                   help="rows per micro-batch (default: each preset's); recorded in provenance, not the run id")
+    p.add_argument("--print", action="store_true", help="print the commands, run nothing")
+    args = p.parse_args(argv)
+    nproc = args.nproc
+    if nproc is None:
+        nproc = torch.cuda.device_count()
+    if nproc < 1:
+        p.error("--nproc: no GPU visible (pass --nproc N, or run on the GPU node)")
+    if args.device_batch_size is not None and args.device_batch_size < 1:
+        p.error(f"--device-batch-size must be a positive integer, got {args.device_batch_size}")
+    try:
+        todo = commands(get_study(args.study), nproc, args.device_batch_size)
+    except ValueError as e:
+        p.error(str(e))
+    for cmd in todo:
+        print(shlex.join(cmd), flush=True)
+        if not args.print and subprocess.run(cmd).returncode != 0:
+            print(f"{p.prog}: stopped: the run above failed (rerun to resume it)", file=sys.stderr)
+            return 1
+    if not todo:
+        print(f"{args.study}: every run is trained", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
