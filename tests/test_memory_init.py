@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.memory import per_rank
 from xsa.model import GPT, build
 from xsa.optim import AdamW

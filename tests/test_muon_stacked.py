@@ -137,7 +137,7 @@ def test_stacked_on_two_ranks_matches_one_process(tmp_path):
 
 
 def test_build_optimizers_stacks_for_the_gpu_presets():
-    from xsa.config import make_config
+    from xsa.presets import make_config
     from xsa.optim import build_optimizers
     assert make_config("d12").muon_stacked and not make_config("cpu-w64-d4").muon_stacked
     cfg = make_config("smoke", muon_stacked=True)

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from xsa.config import make_config
+from xsa.presets import make_config
 from xsa.data.loader import TokenLoader
 from xsa.data.packing import best_fit, documents
 from xsa.data.tokenizer import Tokenizer
