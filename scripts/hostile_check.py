@@ -128,7 +128,7 @@ def folder_cases(env: Env) -> list:
             b_out, b_err = b.communicate(timeout=600)
             b = subprocess.CompletedProcess(b.args, b.returncode, b_out, b_err)
         else:
-            a = slow_training(env, d, "--alpha", "1", wait_lines=12)  # past its checkpoint at step 10
+            a = slow_training(env, d, "--alpha", "1", wait_lines=12, delay=1.0)  # past step 10, ~20 s left
             b = env.py(*train_cmd(d, *second))
         a_out, a_err = a.communicate(timeout=600)
         a = subprocess.CompletedProcess(a.args, a.returncode, a_out, a_err)
@@ -186,7 +186,7 @@ def folder_cases(env: Env) -> list:
     # diagnostics of a folder while a training holds it
     d4 = t / "busy"
     env.py(*train_cmd(d4, "--max-steps", "10"))  # a model at step 10, resumed to 30 while diagnostics read it
-    p = slow_training(env, d4, "--resume", wait_lines=13)
+    p = slow_training(env, d4, "--resume", wait_lines=13, delay=1.0)
     res = env.py("-m", "xsa.diagnostics", "--run", str(d4), "--out", str(t / "busy_diag.json"))
     p.communicate(timeout=600)
     out.append(("folders", "diagnostics of a folder in training", judge_error(res, str(d4)), res.returncode, tail(res)))
