@@ -305,8 +305,9 @@ def test_cli_device_batch_size_keeps_the_total_batch(smoke_data, tmp_path):
     out = tmp_path / "r"
     main(["--preset", "smoke", "--device-batch-size", "2", "--max-steps", "1", "--out", str(out),
           "--data-dir", str(smoke_data), "--no-progress"])
-    saved = read_json(out / "config.json")
-    assert saved["device_batch_size"] == 2 and saved["total_batch_size"] == make_config("smoke").total_batch_size
+    saved = read_json(out / "config.json")  # the run is the preset's; the rows it ran at are provenance
+    assert saved["device_batch_size"] == 4 and saved["total_batch_size"] == make_config("smoke").total_batch_size
+    assert read_json(out / "provenance.json")["device_batch_size"] == 2
 
 
 def test_cli_bad_out_fails_before_any_work(tmp_path, capsys):
