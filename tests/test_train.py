@@ -17,7 +17,6 @@ from xsa import checkpoint
 from xsa.config import ConfigError
 from xsa.presets import make_config
 from xsa.records import read_json, read_jsonl
-from xsa.spec import Run
 from xsa.train import EMA_BETA, TrainingDiverged, main, train
 
 from conftest import QUIET, kill_during
@@ -223,7 +222,7 @@ def test_metrics_ema_and_step_convention(smoke_data, tmp_path):
         assert key in summary
     # the arm in full: its name, its overrides and every attention field (variant and gate too)
     assert {k: summary[k] for k in ("arm", "overrides", "xsa_variant", "xsa_gate")} == dict(
-        arm=Run.from_config(cfg).arm.name, overrides={"eval_every": 10}, xsa_variant="xsa", xsa_gate=False)
+        arm="smoke_base", overrides={}, xsa_variant="xsa", xsa_gate=False)
     assert summary["tokens"] == 30 * cfg.total_batch_size and summary["train_loss_final"] == train_rows[-1]["train_loss"]
     assert read_json(tmp_path / "r" / "summary.json") == json.loads(json.dumps(summary))
     assert read_json(tmp_path / "r" / "provenance.json")["config_hash"] == cfg.config_hash()
