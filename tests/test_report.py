@@ -7,7 +7,7 @@ import pytest
 from xsa import report
 from xsa.records import atomic_write_json, append_jsonl
 from xsa.report.claims import verdict
-from xsa.report.stats import Interval, mean_ci, t_critical
+from xsa.stats import Interval, mean_ci, t_critical
 from xsa.spec import Arm, Run
 from xsa.studies import Claim, Contrast, Paired, Study, Sweep, xsa_pair
 
@@ -115,7 +115,7 @@ def test_main_table_and_claims(results, study):
 
 def test_relative_change_keeps_its_sign_below_zero():
     """A change from a negative baseline (CORE near chance) used to get the wrong sign."""
-    from xsa.report.stats import relative_differences
+    from xsa.stats import relative_differences
     assert relative_differences({0: -0.03}, {0: -0.015}) == {0: pytest.approx(0.5)}  # higher: positive
     assert relative_differences({0: 2.0}, {0: 1.9}) == {0: pytest.approx(-0.05)}
 
@@ -133,14 +133,14 @@ def test_sweep_is_reported_on_matched_seeds(tmp_path):
 
 
 def test_power_calculation():
-    from xsa.report.stats import power, seeds_needed
+    from xsa.stats import power, seeds_needed
     assert power(8, 0.004, 0.0066) > 0.8 > power(3, 0.004, 0.0066)
     n = seeds_needed(0.004, 0.0066)
     assert power(n, 0.004, 0.0066) >= 0.8 > power(n - 1, 0.004, 0.0066)
 
 
 def test_seeds_for_half_width():
-    from xsa.report.stats import seeds_for_half_width, t_critical
+    from xsa.stats import seeds_for_half_width, t_critical
     n = seeds_for_half_width(0.0046, 0.002)
     half = lambda k: t_critical(k - 1) * 0.0046 / k ** 0.5
     assert half(n) <= 0.002 < half(n - 1)

@@ -9,7 +9,7 @@ import pytest
 from xsa.records import append_jsonl, atomic_write_json
 from xsa.report.integrity import RecordError
 from xsa.report.robust import robustness
-from xsa.report.stats import holm, t_pvalue
+from xsa.stats import holm, t_pvalue
 from xsa.spec import Arm
 from xsa.studies import PICK, Study, get_study, xsa_pair
 

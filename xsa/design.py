@@ -102,7 +102,7 @@ class PrecisionRule:
                 if x is None or y is None:
                     return range(self.start, self.start + n)  # this block is still training
                 diffs.append((y - x) / x)
-            from xsa.report.stats import t_critical
+            from xsa.stats import t_critical
             mean = sum(diffs) / n
             sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
             if t_critical(n - 1) * sd / math.sqrt(n) <= self.half_width:

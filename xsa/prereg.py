@@ -32,7 +32,7 @@ def observed_sd(results: Path) -> tuple[float, int]:
     """The paired SD of the relative final val-bpb difference (XSA vs baseline) at the sizing
     comparison, from the committed records, and its seed count."""
     from xsa.report.records import load_runs, per_seed
-    from xsa.report.stats import mean_ci, relative_differences
+    from xsa.stats import mean_ci, relative_differences
     study = get_study(SIZED_BY[0])
     pair = study.comparison(SIZED_BY[1])
     runs = load_runs(results, [r.run_id for r in study.runs if r.arm in pair.arms()])
@@ -43,7 +43,7 @@ def observed_sd(results: Path) -> tuple[float, int]:
 
 def detectable(n: int, sd: float, target: float = 0.8) -> float:
     """The smallest true paired effect that n seeds detect (interval excludes zero) with probability target."""
-    from xsa.report.stats import power
+    from xsa.stats import power
     effect = sd / 100
     while power(n, sd, effect) < target:
         effect *= 1.01
@@ -53,7 +53,7 @@ def detectable(n: int, sd: float, target: float = 0.8) -> float:
 def slope_detectable(pairs: int, sd: float, lengths=(256, 512, 1024), target: float = 0.8) -> float:
     """The smallest slope of the effect per doubling of T that `pairs` seeds at each length detect with
     probability target (least squares over log2 T; normal approximation, t critical at n - 2 df)."""
-    from xsa.report.stats import normal_cdf, t_critical
+    from xsa.stats import normal_cdf, t_critical
     xs = [math.log2(t) for t in lengths]
     sxx = pairs * sum((x - sum(xs) / len(xs)) ** 2 for x in xs)
     se = sd / math.sqrt(sxx)
@@ -135,7 +135,7 @@ def document(name: str, results: Path) -> str:
 
 
 def _half(n: int, sd: float) -> float:
-    from xsa.report.stats import t_critical
+    from xsa.stats import t_critical
     return t_critical(n - 1) * sd / math.sqrt(n)
 
 

@@ -10,7 +10,7 @@ same bytes.
 
 - integrity: the study's record set checked whole before anything is written (validate)
 - records: reading run folders back, per-seed values of an arm
-- stats:   t-intervals, paired differences, contrasts (pure functions)
+- xsa.stats: t-intervals, paired differences, contrasts (pure functions)
 - tables:  the table builders and the one table writer
 - figures: the figure builders and the one figure saver
 - claims:  the seed paper's claims, judged
@@ -145,7 +145,7 @@ def sweep_ylabel(c) -> str:
 
 
 def _scaled(ci, k):
-    from xsa.report.stats import Interval
+    from xsa.stats import Interval
     return Interval(ci.lo * k, ci.hi * k) if ci.defined else ci
 
 
@@ -316,7 +316,7 @@ DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, 
 
 
 def _percent(value, signed: bool = True):
-    from xsa.report.stats import Interval
+    from xsa.stats import Interval
     sign = "+" if signed else ""
     if isinstance(value, Interval):
         return "n/a" if not value.defined else f"[{100 * value.lo:+.2f}%, {100 * value.hi:+.2f}%]"
@@ -324,7 +324,7 @@ def _percent(value, signed: bool = True):
 
 
 def _cell(col, value):
-    from xsa.report.stats import Interval
+    from xsa.stats import Interval
     if value is None:
         return "n/a"
     if col in PERCENT:
@@ -372,7 +372,7 @@ def table_markdown(built: dict, name: str, cols=None, **where) -> str:
     default = DISPLAY_ARMS if rows and "d_ci95" in rows[0] and name not in DISPLAY else (list(rows[0]) if rows else [])
     cols = [c for c in (cols or DISPLAY.get(name, default)) if rows and c in rows[0]]
     shown = [{c: _cell(c, r[c]) for c in cols} for r in rows]
-    from xsa.report.stats import Interval
+    from xsa.stats import Interval
     numeric = {c: "r" for c in cols if any(isinstance(r[c], (int, float, Interval)) and not isinstance(r[c], bool)
                                            for r in rows)}
     if "estimate" in cols:

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from xsa.records import read_json
-from xsa.report.stats import mean_ci, relative_differences
+from xsa.stats import mean_ci, relative_differences
 
 _SEED = re.compile(r"^(?P<arm>.+)_s(?P<seed>\d+)$")
 

@@ -11,7 +11,7 @@ of the seed's own baseline; CORE, whose values sit near zero at small scale, in 
 
 from __future__ import annotations
 
-from xsa.report.stats import Interval
+from xsa.stats import Interval
 from xsa.report.tables import METRIC_NAMES, RELATIVE, effect, overhead
 
 

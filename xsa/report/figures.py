@@ -204,7 +204,7 @@ def fig_lr(points: dict, out_dir, name: str):
 
 
 def _scaled(ci, k):
-    from xsa.report.stats import Interval
+    from xsa.stats import Interval
     return Interval(ci.lo * k, ci.hi * k) if getattr(ci, "defined", False) else ci
 
 
@@ -234,7 +234,7 @@ def fig_task_effects(rows: list[dict], out_dir, name: str):
 def fig_gap(curves: dict, out_dir, name: str, relative: bool = True):
     """The key figure: XSA minus baseline in val bpb against training tokens, paired by seed, mean
     and 95% t-band; one panel per comparison. curves: {panel: {tokens: [per-seed differences]}}."""
-    from xsa.report.stats import mean_ci
+    from xsa.stats import mean_ci
     panels = {k: v for k, v in curves.items() if v}
     if not panels:
         return None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from xsa.report.stats import Interval, holm, mean_ci, relative_differences, t_pvalue
+from xsa.stats import Interval, holm, mean_ci, relative_differences, t_pvalue
 from xsa.report.records import load_runs, per_seed
 from xsa.report.tables import contrast_effect, effect
 from xsa.report.text import pct, pct_ci

@@ -6,7 +6,7 @@ introduction, the results, the reproduction note and the conclusion, each built 
 
 from __future__ import annotations
 
-from xsa.report.stats import Interval
+from xsa.stats import Interval
 from xsa.report.tables import SWEEP_LABELS
 from xsa.report.text import (_diag, _effect, _layers_phrase, contrast_sentences, direction, effect_phrase,
                              lr_checks, pct, pct_ci, planned)

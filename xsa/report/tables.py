@@ -15,7 +15,7 @@ from pathlib import Path
 from xsa.records import atomic_write_text
 from xsa.report.records import by_arm, complete, finished, metric, per_seed
 from xsa.studies import SEED_PAPER
-from xsa.report.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
+from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 
 RUN_METRICS = ("val_bpb", "core", "chatcore")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from xsa.report.stats import Interval
+from xsa.stats import Interval
 from xsa.report.tables import SWEEP_LABELS, fmt
 
 
