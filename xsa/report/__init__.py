@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.report.claims import claims_table
+from xsa.report.declared import study_estimates
+from xsa.report.estimates import write_estimates
 from xsa.report import text  # noqa: E402 (the paper's sentences)
 from xsa.report import sections  # noqa: E402,F401 (the paper's sections)
 from xsa.report.integrity import RecordError, check_records, validate
@@ -195,11 +197,15 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         "compute": compute_table(every),
         "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
+    estimates = {study.name: study_estimates(study, runs, every, tp)}
     robust, tables["robustness"], tables["lr_selection"] = None, [], []
     if study.robustness:  # XSA's effect under every condition run, the robust study's records beside ours
         from xsa.report.robust import robustness
-        robust = robustness(study, runs, results_dir)
+        robust = robustness(study, runs, results_dir, estimates[study.name])
         tables["robustness"], tables["lr_selection"] = robust["rows"], robust["selection"]
+        estimates[study.robustness], estimates["archive"] = robust["estimates"], robust["archive_estimates"]
+    for name, est in estimates.items():
+        write_estimates(est, results_dir / "estimates", name)
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
     main_runs = [r for r in runs if r["arm"] in main_arms]
@@ -231,7 +237,7 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
             for ext in ("png", "svg"):
                 (figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
     return dict(runs=runs, every=every, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
-                left_out=leave_out, robust=robust)
+                left_out=leave_out, robust=robust, estimates=estimates)
 
 
 def _pct_or_none(x):

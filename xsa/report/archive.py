@@ -11,10 +11,12 @@ studies.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from xsa.records import read_json
-from xsa.stats import mean_ci, relative_differences
+from xsa.report.estimates import slug
+from xsa.report.rows import effect_row, minute, not_run_row
 
 _SEED = re.compile(r"^(?P<arm>.+)_s(?P<seed>\d+)$")
 
@@ -48,38 +50,23 @@ def _condition(cfg: dict) -> tuple[str, dict]:
                                   else f"{cfg['matrix_lr']:g}"))
 
 
-def archived_rows(root: Path, commit: str, pairs, seed_effect) -> list[dict]:
-    """One row a (baseline arm, XSA arm) pair of the archive at root: XSA minus baseline, relative,
-    paired by seed; or, where the archive is missing, one row that says how to restore it."""
-    from xsa.report.robust import effect_row, minute, not_run_row
+def archived_rows(root: Path, archived, est: dict, seed_effect) -> list[dict]:
+    """One row a (baseline arm, XSA arm) pair of the archive at root, its numbers from the archive's
+    estimates (xsa/report/declared.py); or, where the archive is missing, one row that says how to
+    restore it."""
+    commit = archived.commit
     runs = archived_runs(root)
     family = f"earlier study ({commit})"
     if not runs:
         row = not_run_row(f"earlier study: python -m xsa.archive --commit {commit}", family, "")
         return [{**row, "status": "not restored"}]
     rows = []
-    for base, xsa in pairs:
+    for base, xsa in archived.pairs:
         a, b = runs.get(base, {}), runs.get(xsa, {})
-        val = lambda arm: {s: r["summary"]["val_bpb"] for s, r in arm.items()}
-        st = mean_ci(relative_differences(val(a), val(b)).values())
-        e = dict(n=st["n"], rel_mean=st["mean"], rel_ci=st["ci"], rel_sd=st["sd"])
+        e = replace(est[f"c{commit}_{slug(base.replace('_base', ''))}"], seed_paper=seed_effect)
         label, condition = _condition(next(iter(b.values()))["config"])
         dates = [r["provenance"].get("date", "") for arm in (a, b) for r in arm.values() if r.get("provenance")]
-        row = effect_row(label, family, condition, e, len(a.keys() & b.keys()), seed_effect,
-                         minute(min(dates)) if dates else None)
+        row = effect_row(label, family, condition, e, len(a.keys() & b.keys()), minute(min(dates)) if dates else None)
         row["status"] = f"archived ({commit})"
         rows.append(row)
     return rows
-
-
-def earlier_phrase(rows) -> str:
-    """The earlier study's rows in a clause: 'the stack of that time, 0.1 tokens per parameter, 3 seeds:
-    +0.22% [...] (4 heads, width 256), ...', or '' where the table has none."""
-    rows = [r for r in rows if r["family"].startswith("earlier study") and r.get("n")]
-    if not rows:
-        return ""
-    from xsa.report.text import pct, pct_ci
-    tpp = ", ".join(sorted({f"{r['tokens_per_param']:.2f}" for r in rows}))
-    parts = [f"{pct(r['rel'])} {pct_ci(r['rel_ci95'])} ({r['condition'].removeprefix('earlier stack, ')})" for r in rows]
-    return (f"on the stack of that time, at {tpp} tokens per parameter in nanochat's unit and "
-            f"{max(r['n'] for r in rows)} seeds: XSA changed val bpb by {'; '.join(parts)}")

@@ -12,7 +12,8 @@ of the seed's own baseline; CORE, whose values sit near zero at small scale, in 
 from __future__ import annotations
 
 from xsa.stats import Interval
-from xsa.report.tables import METRIC_NAMES, RELATIVE, effect, overhead
+from xsa.report.metrics import label, relative as is_relative
+from xsa.report.tables import effect, overhead
 
 
 def verdict(n: int, ci: Interval, expect: str, threshold: float = 0.0) -> str:
@@ -64,9 +65,9 @@ def judge(claim, study, runs, tp: dict) -> dict | None:
                     estimate=ratio, ci95=ci, n=n_pairs, excludes_zero=ci.excludes(0.0), excludes_theirs=None,
                     verdict=verdict(n_pairs, ci, claim.expect, claim.threshold), statement=text)
     e = effect(runs, pair.a, pair.b, claim.metric)
-    relative = claim.metric in RELATIVE
+    relative = is_relative(claim.metric)
     est, ci = (e["rel_mean"], e["rel_ci"]) if relative else (e["mean"], e["ci"])
-    what = METRIC_NAMES.get(claim.metric, claim.metric)
+    what = label(claim.metric)
     return dict(claim=claim.text, theirs=claim.theirs, ours=f"{pair.name}: XSA - baseline in {what}"
                 + (" (relative)" if relative else ""),
                 estimate=est, ci95=ci, n=e["n"], excludes_zero=ci.excludes(0.0) if ci.defined else None,

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from xsa.records import atomic_write_text
+from xsa.report.metrics import effect_metrics, relative
 from xsa.report.records import by_arm, complete, finished, metric, per_seed
 from xsa.studies import SEED_PAPER
 from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
@@ -20,13 +21,6 @@ from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relativ
 
 RUN_METRICS = ("val_bpb", "core", "chatcore")
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
-EFFECT_METRICS = ("val_bpb", "core_bpb", "core_margin_bpb", "core", "diag_mass")
-METRIC_NAMES = {"val_bpb": "val bpb", "core": "CORE (centered accuracy)", "chatcore": "ChatCORE",
-                "core_bpb": "CORE likelihood: bits/byte of the correct continuation",
-                "core_margin_bpb": "CORE likelihood: margin over the best wrong option (bits/byte)",
-                "diag_mass": "diagonal attention mass a_ii (mean over layers)"}
-# metrics whose relative change is meaningful (a positive quantity far from zero)
-RELATIVE = {"val_bpb", "core_bpb", "diag_mass"}
 
 
 # -----------------------------------------------------------------------------
@@ -172,7 +166,7 @@ def contrast_effect(runs, c, name: str) -> dict:
 
 
 def _effect_row(label: str, a: str, b: str, name: str, e: dict) -> dict:
-    relative_ok = name in RELATIVE
+    relative_ok = relative(name)
     return dict(comparison=label, metric=name, a=a, b=b, n=e["n"], d=e["mean"], d_ci95=e["ci"],
                 rel=e["rel_mean"] if relative_ok else None,
                 rel_ci95=e["rel_ci"] if relative_ok else Interval(None, None))
@@ -206,11 +200,13 @@ def main_table(runs, pairs) -> list[dict]:
     return rows
 
 
-def effects_table(runs, pairs, contrasted=None, metrics=EFFECT_METRICS, scored=None) -> list[dict]:
+def effects_table(runs, pairs, contrasted=None, metrics=None, scored=None) -> list[dict]:
     """One row per (comparison, metric): b minus a, paired by seed, absolute and relative; with
     `contrasted` (Contrasts) their second effect minus their first, per seed. `scored(arm)` says
     whether the study runs CORE on an arm: a comparison with an unscored arm gets no CORE rows
     (an empty row would read as "no paired seeds yet" where none are planned)."""
+    metrics = metrics or effect_metrics()
+
     def measured(arms):
         return [m for m in metrics if not m.startswith("core") or scored is None or all(map(scored, arms))]
     rows = [_effect_row(p.name, p.a.name, p.b.name, name, effect(runs, p.a, p.b, name))
