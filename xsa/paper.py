@@ -116,6 +116,17 @@ def _results_dir(nb) -> Path | None:
     return (REPO_ROOT / value).resolve() if value else REPO_ROOT / "results"
 
 
+def paper_title(nb) -> str:
+    """The paper's title: the first level-1 heading the executed notebook shows."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/markdown", "")
+            m = re.search(r"^# (.+)$", text if isinstance(text, str) else "".join(text), re.M)
+            if m:
+                return m.group(1).strip()
+    return "XSA under Muon"
+
+
 def pdf_engine() -> str | None:
     if shutil.which("chromium"):
         return "chromium"
@@ -133,8 +144,9 @@ def export_paper(executed: Path, paper_dir: Path) -> dict:
     nb = nbformat.read(str(executed), as_version=4)
     paper_dir.mkdir(parents=True, exist_ok=True)
     opts = dict(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    meta = {"metadata": {"name": paper_title(nb)}}  # the HTML's <title>, which the PDF keeps as its title
     html, _ = HTMLExporter(embed_images=True, template_name="paper", extra_template_basedirs=[str(TEMPLATES)],
-                           **opts).from_notebook_node(nb)
+                           **opts).from_notebook_node(nb, resources=meta)
     atomic_write_text(paper_dir / "paper.html", html_with_mathml(html))
     md, res = MarkdownExporter(**opts).from_notebook_node(nb, resources={"output_files_dir": "paper_files"})
     atomic_write_text(paper_dir / "paper.md", md)

@@ -21,20 +21,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.report.claims import claims_table
-from xsa.report.declared import study_estimates
+from xsa.report.declared import PLANNED_SEEDS, study_estimates
 from xsa.report.estimates import write_estimates
-from xsa.report import text  # noqa: E402 (the paper's sentences)
-from xsa.report import sections  # noqa: E402,F401 (the paper's sections)
+from xsa.report.notes import left_out_note, machine_warnings
+from xsa.report.writing import pct
 from xsa.report.integrity import RecordError, check_records, validate
 from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
                                 fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
 from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
 from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, SWEEP_LABELS, arms_table, common_seeds, compute_table,
                                contrast_effect, core_tasks_table, diagnostics_effects_table, diagnostics_table, effect,
-                               effects_table, fmt, gpu_table, main_table, power_table, runs_table, setup_table, task_effects_table,
-                               throughput_table, to_markdown, write_table)
+                               effects_table, fmt, gpu_table, main_table, power_table, setup_table, task_effects_table,
+                               throughput_table, to_markdown, write_table, every_run_table)
 
-__all__ = ["build", "validate", "check_records", "RecordError", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
+__all__ = ["build", "validate", "check_records", "RecordError", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
 
 
@@ -73,9 +73,6 @@ def gap_curves(runs, pairs) -> dict:
     return out
 
 
-# the seeds the primary comparison was planned with; seeds from 8 on were added by the precision
-# rule (xsa/studies.py), which was committed after an interim look at the first seeds: post hoc
-PLANNED_SEEDS = frozenset(range(8))
 
 
 def forest_rows(study, runs) -> list[dict]:
@@ -182,7 +179,6 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
     tables = {
         "setup": setup_table(study),
         "main": main_table(runs, study.main),
-        "claims": claims_table(study, runs, tp),
         "effects": effects_table(runs, pairs, contrasts, scored=study.scores),
         "power": power_table(runs, study.main, study.pilot_seeds, study.claims,
                              study.half_width_target) if study.pilot_seeds else [],
@@ -193,7 +189,7 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         "diagnostics": diagnostics_table(runs, main_arms),
         "diagnostics_effects": diagnostics_effects_table(runs, study.main, DIAG_EFFECT_KEYS),
         "throughput": throughput_table(tp),
-        "runs": runs_table(every),
+        "runs": every_run_table([(study.name, every)]),
         "compute": compute_table(every),
         "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
@@ -204,8 +200,12 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         robust = robustness(study, runs, results_dir, estimates[study.name])
         tables["robustness"], tables["lr_selection"] = robust["rows"], robust["selection"]
         estimates[study.robustness], estimates["archive"] = robust["estimates"], robust["archive_estimates"]
+        tables["setup"] = setup_table(study, robust["study"])
+        tables["runs"] = every_run_table([(study.name, every), (robust["study"].name, robust["runs"]),
+                                          *robust["archived_runs"]])
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
+    tables["claims"] = claims_table(study, estimates)
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
     main_runs = [r for r in runs if r["arm"] in main_arms]
@@ -244,46 +244,24 @@ def _pct_or_none(x):
     return None if x is None else 100 * x
 
 
-def summary_text(study, built: dict) -> str:
-    """The paper's statements of fact, each derived from the records (Markdown)."""
-    runs = built["runs"]
-    lines = [f"**Scale.** Every number of ours below is at {study.scale}. The seed paper's numbers are at "
-             f"GPU scale (d12 and d24 on ClimbMix) and are labelled *theirs*; the two are not comparable "
-             f"in absolute terms, only in the direction and relative size of the effect.",
-             "",
-             f"**Records.** {len(runs)} of the study's {len(study.runs)} runs have records "
-             f"({finished(runs)} trained to their horizon, {sum(1 for r in runs if r['eval'])} evaluated, "
-             f"{sum(1 for r in runs if r['diagnostics'])} with diagnostics){_left_out(built)}. Intervals are 95% Student-t "
-             f"intervals over seeds; differences are paired by seed (both arms of a seed see the same data).",
-             "", "**The seed paper's claims, judged from our records:**", ""]
-    for c in built["tables"]["claims"]:
-        lines.append(f"- {c['claim']} (theirs: {c['theirs']}). {c['statement']}: **{c['verdict']}**.")
-    return "\n".join(lines) + "\n"
-
-
-def _left_out(built: dict) -> str:
-    left = built.get("left_out") or []
-    return f"; left out by choice, so in no number below: {', '.join(left)}" if left else ""
-
-
 # The columns each table shows in the paper (the CSV and Markdown files keep every column), and
 # which hold fractions shown as percentages.
 DISPLAY = {
-    "setup": ["preset", "layers", "width", "heads", "steps", "tokens", "non_embedding_params", "tokens_per_param",
-              "tokens_per_scaling_param", "matrix_lr", "runs"],
+    "setup": ["preset", "layers", "width", "heads", "contexts", "steps", "tokens", "params", "tokens_per_scaling_param",
+              "matrix_lrs", "xsa_layers", "runs", "studies"],
     "main": ["scale", "arm", "n", "val_bpb", "val_bpb_ci95", "val_bpb_rel", "core", "core_bpb", "core_bpb_rel"],
     "power": ["comparison", "pilot_n", "pilot_rel_sd", "seed_paper_effect_rel", "seeds_for_80pct_power", "n",
               "rel_sd", "rel_ci_half_width_first8", "rel_ci_half_width", "seeds_for_target"],
-    "claims": ["claim", "theirs", "estimate", "n", "verdict"],
+    "claims": ["claim", "theirs", "estimate", "n", "key", "verdict"],
     "effects": ["comparison", "metric", "n", "d", "d_ci95", "rel", "rel_ci95"],
     "diagnostics_effects": ["comparison", "metric", "layer", "n", "baseline", "xsa", "d", "d_ci95", "direction"],
     "diagnostics": ["arm", "layer", "n", "cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v"],
     "throughput": ["preset", "baseline_tok_per_s", "xsa_tok_per_s", "overhead", "overhead_ci95", "clock", "threads"],
     "task_effects": ["comparison", "task", "n", "rel", "rel_ci95"],
-    "runs": ["run", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
+    "runs": ["study", "run", "steps", "val_bpb", "cpu_s", "eval_cpu_s", "wall_s"],
     "compute": ["preset", "stage", "runs", "cpu_min_per_run", "wall_min_per_run", "cpu_hours", "wall_hours"],
     "gpu": ["scale", "arm", "recipe", "n", "val_bpb", "core"],
-    "robustness": ["condition", "preset", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95", "excludes_zero",
+    "robustness": ["condition", "preset", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95",
                    "excludes_seed_paper", "p_holm", "status"],
     "lr_selection": ["grid", "preset", "matrix_lr", "n", "val_bpb", "selected"],
 }
@@ -313,7 +291,9 @@ HEADERS = {
     "cpu_hours": "CPU h", "wall_hours": "wall h", "recipe": "recipe", "d_val_bpb_vs_base": "difference",
     "rel_vs_base": "relative", "seed": "seed", "condition": "condition", "excludes_zero": "excl. 0",
     "excludes_seed_paper": "excl. seed paper", "p_holm": "Holm p", "status": "records", "grid": "grid",
-    "selected": "selected",
+    "selected": "selected", "key": "estimate key", "study": "study", "cpu_s": "train CPU s", "eval_cpu_s": "CORE + diag. CPU s",
+    "wall_s": "wall s", "contexts": "context T", "params": "params", "matrix_lrs": "matrix LRs run",
+    "xsa_layers": "XSA layers", "studies": "studies",
 }
 # integers with thousands separators, and fewer digits where four say nothing
 DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
@@ -323,10 +303,9 @@ DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, 
 
 def _percent(value, signed: bool = True):
     from xsa.stats import Interval
-    sign = "+" if signed else ""
     if isinstance(value, Interval):
-        return "n/a" if not value.defined else f"[{100 * value.lo:+.2f}%, {100 * value.hi:+.2f}%]"
-    return value if not isinstance(value, float) else f"{100 * value:{sign}.2f}%"
+        return "n/a" if not value.defined else f"[{pct(value.lo)}, {pct(value.hi)}]"
+    return value if not isinstance(value, float) else pct(value, signed)
 
 
 def _cell(col, value):
@@ -349,18 +328,18 @@ def _cell(col, value):
 
 
 def _claim_rows(rows):
-    """The claims table as the paper shows it: the estimate in one cell, the verdict in a word."""
+    """The claims table as the paper shows it: the estimate in one cell (its key beside it), the verdict."""
     out = []
     for r in rows:
-        rel = "(relative)" in r["ours"] or "overhead" in r["ours"]
-        if r["estimate"] is None or not r["ci95"].defined:
+        ci = r["ci95"]
+        if r["estimate"] is None or not ci.defined:
             est = "n/a"
-        elif rel:
-            est = f"{100 * r['estimate']:+.2f}% [{100 * r['ci95'].lo:+.2f}, {100 * r['ci95'].hi:+.2f}]"
+        elif r["unit"] == "relative":
+            est = f"{pct(r['estimate'])} [{pct(ci.lo)}, {pct(ci.hi)}]"
         else:
-            est = f"{r['estimate']:+.4f} [{r['ci95'].lo:+.4f}, {r['ci95'].hi:+.4f}]"
-        out.append(dict(claim=r["claim"], theirs=r["theirs"], estimate=est, n=r["n"],
-                        verdict=r["verdict"].split(" (")[0]))
+            est = f"{r['estimate']:+.4f} [{ci.lo:+.4f}, {ci.hi:+.4f}]"
+        out.append(dict(claim=r["claim"], theirs=r["theirs"], estimate=est, n=r["n"], key=f"`{r['key']}`",
+                        verdict=r["verdict"]))
     return out
 
 
@@ -412,3 +391,34 @@ def show_figure(built: dict, name: str, caption: str | None = None):
         return image
     display(image)
     return Markdown(caption)
+
+
+def book(built: dict, results_dir) -> "Book":
+    """The estimates the text may use: every estimates file under results_dir/estimates (a study
+    trained on another branch, say), with this build's own in their place."""
+    from xsa.report.estimates import Book, read_estimates
+    studies = {f.stem: read_estimates(f) for f in sorted((Path(results_dir) / "estimates").glob("*.json"))}
+    return Book({**studies, **built["estimates"]})
+
+
+def paper_blocks(study, built: dict, results_dir) -> list:
+    """The paper's text (paper/text/<study>.md.j2) rendered from the estimates, as blocks."""
+    from xsa.report.writing import render, template_for
+    source = template_for(study.name).read_text()
+    tables = lambda name, cols=None, **where: table_markdown(built, name, cols, **where)
+    runs = [*built["runs"], *((built.get("robust") or {}).get("runs") or [])]
+    context = dict(study=study, left_out=left_out_note(built["left_out"]),
+                   machine_warnings=machine_warnings(study, built["runs"]), runs=runs)
+    return render(source, book(built, results_dir), built["figures"], tables, context)
+
+
+def show_paper(study, built: dict, results_dir) -> None:
+    """Display the paper in a notebook: its text as Markdown, each figure at its print size."""
+    from IPython.display import Image, Markdown, display
+    for kind, content in paper_blocks(study, built, results_dir):
+        if kind == "figure":
+            path = built["figures"][content]
+            px = _png_width(path)
+            display(Image(filename=str(path), width=round(px / DPI * 96) if px else None))
+        else:
+            display(Markdown(content))

@@ -35,15 +35,21 @@ def archived_runs(root: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
-def _condition(cfg: dict) -> tuple[str, dict]:
+def archived_list(root: Path) -> list[dict]:
+    """Every finished run of the archive as {"id", "summary"}, in run-id order (for the list of runs)."""
+    return [dict(id=f"{arm}_s{seed}", summary=rec["summary"]) for arm, seeds in sorted(archived_runs(root).items())
+            for seed, rec in sorted(seeds.items())]
+
+
+def condition(cfg: dict) -> tuple[str, dict]:
     """A label and the table's condition columns, from a recorded config of the earlier stack."""
     m = cfg["model"]
     d, layers, vocab = m["n_embd"], m["n_layer"], m["vocab_size"]
     # nanochat's unit: block matrices (q, k, v, proj and a 4x MLP: 12 d^2 a layer, one kv head per
     # head as these configs record) plus the lm head
     scaling = layers * 12 * d * d + d * vocab
-    label = (f"earlier stack, {m['n_head']} heads, width {d}, {layers} layers"
-             + (", AdamW only" if cfg.get("optimizer") == "adamw" else ""))
+    label = (f"earlier: {m['n_head']} heads, w{d}, {layers} layers"
+             + (", AdamW" if cfg.get("optimizer") == "adamw" else ""))
     return label, dict(preset=cfg.get("preset"), heads=m["n_head"], seq_len=m["sequence_len"], layers="all",
                        tokens_per_param=cfg["num_tokens"] / scaling,
                        matrix_lr=(f"{cfg['adamw_matrix_lr']:g} (AdamW)" if cfg.get("optimizer") == "adamw"
@@ -64,9 +70,9 @@ def archived_rows(root: Path, archived, est: dict, seed_effect) -> list[dict]:
     for base, xsa in archived.pairs:
         a, b = runs.get(base, {}), runs.get(xsa, {})
         e = replace(est[f"c{commit}_{slug(base.replace('_base', ''))}"], seed_paper=seed_effect)
-        label, condition = _condition(next(iter(b.values()))["config"])
+        label, cond = condition(next(iter(b.values()))["config"])
         dates = [r["provenance"].get("date", "") for arm in (a, b) for r in arm.values() if r.get("provenance")]
-        row = effect_row(label, family, condition, e, len(a.keys() & b.keys()), minute(min(dates)) if dates else None)
-        row["status"] = f"archived ({commit})"
+        row = effect_row(label, family, cond, e, len(a.keys() & b.keys()), minute(min(dates)) if dates else None)
+        row["status"] = "archived"
         rows.append(row)
     return rows

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xsa.archive import ARCHIVE
+from xsa.config import make_config, scaling_params
 from xsa.report import metrics as M
+from xsa.report.archive import archived_runs, condition as archived_condition
 from xsa.report.estimates import (Estimate, contrasted, fact, from_values, not_run, paired, slope, slug, with_holm)
 from xsa.report.records import per_seed
+from xsa.report.tables import overhead
 from xsa.stats import relative_differences
+from xsa.studies import PRECISION, Contrast, Paired, Sweep, Versus
 
 # the seeds the default study's primary comparison was planned with; seeds from 8 on were added by a
 # precision rule stated after an interim look (post hoc)
@@ -29,7 +34,6 @@ ROBUST_KEYS = {"cpu-w128-d4 tuned": "two_heads", "heads": "heads", "cpu-w64-d4 t
 
 def _setup(study) -> dict:
     """Per preset: non-embedding parameters, nanochat-unit parameters, and tokens per parameter."""
-    from xsa.config import make_config, scaling_params
     out = {}
     for p in study.presets():
         c = make_config(p)
@@ -40,6 +44,7 @@ def _setup(study) -> dict:
         out[f"{s}_tokens_per_param"] = fact(f"{s}_tokens_per_param", c.num_tokens / scaling_params(m),
                                             "tokens per parameter", f"{p}: training tokens per block-matrix-and-head "
                                             "parameter (nanochat's unit, its 10-12 at d12)")
+        out[f"{s}_tokens"] = fact(f"{s}_tokens", c.num_tokens, "tokens", f"{p}: training tokens at its own context")
         out[f"{s}_heads"] = fact(f"{s}_heads", m.n_head, "heads", f"{p}: attention heads of {m.n_embd // m.n_head}")
     return out
 
@@ -59,10 +64,8 @@ def study_estimates(study, runs, every, tp) -> dict:
     """Every comparison of a study on every metric it scores, its claims, its overhead, its setup and cost.
     The primary comparison is `primary` (on its planned seeds where a precision rule added more, which are
     `primary_all`); each other comparison is keyed by its name (estimates.slug)."""
-    from xsa.studies import Contrast, Paired, Sweep, Versus
     est = {}
     planned = set(PLANNED_SEEDS) if study.half_width_target and study.pilot_seeds else None
-    seed = study.seed_effect(study.primary)
     for p in study.main:
         primary = p.name == study.primary
         key = "primary" if primary else slug(p.name)
@@ -72,9 +75,10 @@ def study_estimates(study, runs, every, tp) -> dict:
                 continue
             k = key if metric == "val_bpb" else f"{key}_{metric}"
             est[k] = paired(k, runs, p.a, p.b, metric, seeds, "primary" if primary else "secondary",
-                            seed_paper=seed if primary and metric == "val_bpb" else None)
+                            seed_paper=study.seed_effect(p.name) if metric == "val_bpb" else None)
         if primary and planned is not None:
-            est["primary_all"] = paired("primary_all", runs, p.a, p.b, family="post hoc", seed_paper=seed)
+            est["primary_all"] = paired("primary_all", runs, p.a, p.b, family="post hoc",
+                                        seed_paper=study.seed_effect(p.name))
     for c in study.comparisons:
         if isinstance(c, Contrast):
             est[slug(c.name)] = contrasted(slug(c.name), runs, c, family="secondary")
@@ -97,13 +101,14 @@ def study_estimates(study, runs, every, tp) -> dict:
 def lr_check(study, runs) -> dict:
     """The recipe-LR study's learning-rate check, per preset: XSA minus baseline at each LR of its grid
     (one seed), and the LR at which the baseline does best."""
-    from xsa.studies import Sweep
     sweeps = [c for c in study.comparisons if isinstance(c, Sweep) and c.field == "matrix_lr"]
     est = {}
     for preset in dict.fromkeys(c.base.preset for c in sweeps):
         base, xsa = (next(c for c in sweeps if c.base.preset == preset and bool(c.base.get("xsa_alpha")) is x)
                      for x in (False, True))
         grid = sorted(a.get("matrix_lr") for a in base.arms())
+        k = slug(f"lr check {preset} recipe")
+        est[k] = fact(k, base.base.get("matrix_lr"), "matrix LR", f"{preset}: the recipe's matrix LR")
         at = {lr: (base.base.with_(matrix_lr=lr), xsa.base.with_(matrix_lr=lr)) for lr in grid}
         for lr, (a, b) in at.items():
             k = slug(f"lr check {preset} {lr:g}")
@@ -124,7 +129,6 @@ def _mean(runs, arm):
 
 def overheads(study, tp) -> dict:
     """XSA's step-time overhead per preset of the throughput records (a ratio minus 1)."""
-    from xsa.report.tables import overhead
     est = {}
     for preset, t in tp.items():
         ratio, ci, clock = overhead(t)
@@ -139,13 +143,15 @@ def overheads(study, tp) -> dict:
 def robust_estimates(robust, estimating, selecting, seed_effect=None) -> dict:
     """The robust study: its primary endpoint, its secondary family (Holm over the family, a member not
     run counting as p = 1), the LRs its rules selected, the grid's cells, the diagonal mass by heads."""
-    from xsa.studies import Contrast
     est = {}
     try:
         p = robust.comparison(robust.primary)
     except KeyError:
         return {"primary": not_run("primary", "LR selection pending", "primary")}
     est["primary"] = paired("primary", estimating, p.a, p.b, family="primary", seed_paper=seed_effect)
+    first = set(range(PRECISION.start, PRECISION.start + PRECISION.first))
+    est["primary_first"] = paired("primary_first", estimating, p.a, p.b, seeds=first, family="primary",
+                                  seed_paper=seed_effect)
     for name in robust.secondary:
         k = ROBUST_KEYS[name]
         try:
@@ -168,6 +174,11 @@ def robust_estimates(robust, estimating, selecting, seed_effect=None) -> dict:
             est[k] = fact(k, arm.get("matrix_lr"), "matrix LR", f"{arm.preset}: the {label} arm's matrix LR selected "
                           "by the pre-registered rule (lowest mean final val bpb over the selection seeds)")
     est.update(grid_cells(robust, selecting))
+    est["precision_half_width"] = fact("precision_half_width", robust.half_width_target, "relative",
+                                       "the precision rule's target: the primary interval's half-width")
+    for name in ("first", "block", "most"):
+        est[f"precision_{name}"] = fact(f"precision_{name}", getattr(PRECISION, name), "pairs",
+                                        f"the precision rule's {name} (pairs)")
     for c in (*robust.main, *(c for c in robust.comparisons if isinstance(c, Contrast))):
         k = "diag_heads" if isinstance(c, Contrast) else f"diag_{slug(c.a.preset)}"
         est[k] = (contrasted(k, estimating, c, "log:diag_mass", "descriptive") if isinstance(c, Contrast)
@@ -180,7 +191,6 @@ def robust_estimates(robust, estimating, selecting, seed_effect=None) -> dict:
 def grid_cells(robust, selecting) -> dict:
     """The primary preset's LR grids as seed x LR cells: in how many XSA's final val bpb is below the
     baseline's, and XSA minus baseline at each LR over the selection seeds (descriptive)."""
-    from xsa.studies import Sweep
     p = robust.comparison(robust.primary)
     grids = {bool(c.base.get("xsa_alpha")): c for c in robust.comparisons
              if isinstance(c, Sweep) and c.field == "matrix_lr" and c.base.preset == p.a.preset}
@@ -196,6 +206,9 @@ def grid_cells(robust, selecting) -> dict:
             cells += 1
             ahead += pb[s] < pa[s]
         ids += est[k].runs
+    est["grid_lo"], est["grid_hi"] = (fact(f"grid_{end}", lr, "matrix LR", f"the {end} of the primary preset's LR grid")
+                                      for end, lr in (("lo", min(grids[False].values())),
+                                                      ("hi", max(grids[False].values()))))
     est["grid_cells"] = fact("grid_cells", cells, "cells", f"{p.a.preset}: seed x matrix-LR cells of the selection "
                              "grids with both arms", "descriptive", ids)
     est["grid_cells_ahead"] = fact("grid_cells_ahead", ahead, "cells", f"{p.a.preset}: of those cells, how many "
@@ -206,8 +219,6 @@ def grid_cells(robust, selecting) -> dict:
 def archive_estimates(study, results_dir) -> dict:
     """The earlier study's XSA pairs, from its archived records (relative, paired by seed): one key a pair,
     e.g. `c30bc3ae_cpu_d4`; an archive not restored gives one estimate saying how to restore it."""
-    from xsa.archive import ARCHIVE
-    from xsa.report.archive import archived_runs
     est = {}
     for a in study.archived:
         runs = archived_runs(Path(results_dir) / ARCHIVE / a.commit)
@@ -220,6 +231,11 @@ def archive_estimates(study, results_dir) -> dict:
             va = {s: r["summary"]["val_bpb"] for s, r in runs.get(base, {}).items()}
             vb = {s: r["summary"]["val_bpb"] for s, r in runs.get(xsa, {}).items()}
             d = relative_differences(va, vb)
+            cfg = next(iter(runs[xsa].values()))["config"]
+            est[f"{k}_tokens_per_param"] = fact(f"{k}_tokens_per_param", archived_condition(cfg)[1]["tokens_per_param"],
+                                                "tokens per parameter", f"{xsa}: nanochat's unit", "archived")
+            est[f"{k}_heads"] = fact(f"{k}_heads", cfg["model"]["n_head"], "heads", f"{xsa}: attention heads",
+                                     "archived")
             est[k] = from_values(k, d.values(), unit="relative", metric="val_bpb", family="archived",
                                  definition=f"val bpb: {xsa} minus {base} relative to each seed's baseline, paired by "
                                             f"seed, records of commit {a.commit} (the stack of that time)",

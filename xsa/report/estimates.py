@@ -57,9 +57,9 @@ class Estimate:
     @property
     def decided(self) -> bool:
         """Whether its direction is established: its interval excludes zero, and for a member of a
-        Holm-corrected family also its adjusted p is below 5%."""
-        if self.family == "secondary":
-            return self.p_holm is not None and self.p_holm < 0.05 and self.ci.excludes(0.0)
+        Holm-corrected family (one with a Holm p) also its adjusted p is below 5%."""
+        if self.p_holm is not None and self.p_holm >= 0.05:
+            return False
         return self.ci.defined and self.ci.excludes(0.0)
 
 
@@ -202,6 +202,9 @@ class Book:
         if name.startswith("_") or name == "studies":
             raise AttributeError(name)
         return _Study(name, self.studies[name]) if name in self.studies else None
+
+    def __getitem__(self, name):
+        return self.__getattr__(name)
 
     def get(self, key: str) -> Estimate:
         study, _, k = key.partition(".")

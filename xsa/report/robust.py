@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.archive import ARCHIVE
-from xsa.report.archive import archived_rows
+from xsa.report.archive import archived_list, archived_rows
 from xsa.report.declared import archive_estimates, robust_estimates
 from xsa.report.estimates import SEQ_LENS
 from xsa.report.records import load_runs, per_seed
@@ -218,6 +218,8 @@ def robustness(study, runs, results_dir, est) -> dict:
                for r in archived_rows(Path(results_dir) / ARCHIVE / a.commit, a, archive_est, seed)]
     return dict(rows=earlier + robustness_rows(study, robust, runs, estimating, est, robust_est),
                 selection=selection(robust, selecting), estimates=robust_est, archive_estimates=archive_est,
+                archived_runs=[("earlier", archived_list(Path(results_dir) / ARCHIVE / a.commit))
+                               for a in study.archived],
                 group_check=group_check(robust, selecting),
                 preregistration=dict(zip(("commit", "date"), robust.preregistered or (None, None))),
                 runs=robust_runs, study=robust)

@@ -79,17 +79,25 @@ def write_table(rows: list[dict], out_dir, name: str) -> tuple[Path, Path]:
 # -----------------------------------------------------------------------------
 # Builders
 
-def runs_table(runs) -> list[dict]:
+def every_run_table(groups) -> list[dict]:
+    """Every run of every study with its cost: groups is [(study, [run dicts])] (run dicts of
+    records.load_run, or the archive's {"id", "summary"} dicts). CPU seconds of training, and of CORE and
+    diagnostics together, from the records; a record that predates CPU time says so."""
+    def cpu(rec):
+        return (rec or {}).get("cpu_time_s")
+
     rows = []
-    for r in runs:
-        s, prov, c = r["summary"] or {}, r["provenance"] or {}, r["config"]
-        rows.append(dict(run=r["id"], preset=r["preset"], recipe=c.get("recipe"), optimizer=c["optimizer"],
-                         alpha=c["model"]["xsa_alpha"], layers=c["model"]["xsa_layers"],
-                         seed=r["spec"].seed, steps=s.get("steps"), complete=s.get("complete"),
-                         val_bpb=metric(r, "val_bpb"), core=metric(r, "core"), core_bpb=metric(r, "core_bpb"),
-                         tok_per_s=s.get("tok_per_s"), wall_min=(s["wall_time_s"] / 60 if s.get("wall_time_s") else None),
-                         cpu_min=(s["cpu_time_s"] / 60 if s.get("cpu_time_s") else None),
-                         config_hash=prov.get("config_hash"), git_commit=(prov.get("git_commit") or "n/a")[:10]))
+    for study, runs in groups:
+        for r in runs:
+            s = r.get("summary") or {}
+            scored = [cpu(((r.get("eval") or {}).get("core_detail") or {}).get("provenance")),
+                      cpu((r.get("diagnostics") or {}).get("provenance"))]
+            train = cpu(s)
+            rows.append(dict(study=study, run=r["id"], steps=s.get("steps"), val_bpb=s.get("val_bpb"),
+                             cpu_s=round(train) if train is not None else "not recorded",
+                             eval_cpu_s=round(sum(x for x in scored if x is not None)) if any(
+                                 x is not None for x in scored) else None,
+                             wall_s=round(s["wall_time_s"]) if s.get("wall_time_s") else None))
     return rows
 
 
@@ -320,22 +328,31 @@ def throughput_table(tp: dict) -> list[dict]:
     return rows
 
 
-def setup_table(study) -> list[dict]:
-    """What each preset of the study trains (from the presets and the study, not from prose)."""
+def setup_table(*studies) -> list[dict]:
+    """What each preset of the studies trains (from the presets and the studies' runs, not from prose):
+    its shape, its horizon, and every condition run on it (context lengths, matrix LRs, where XSA is)."""
     from xsa.config import PRESETS, make_config, scaling_params
+    runs = [r for s in studies for r in s.runs]
     rows = []
-    for p in study.presets():
+    for p in sorted({r.preset for r in runs}, key=list(PRESETS).index):
         c = make_config(p)
         m = c.model
         blocks = scaling_params(m) - m.n_embd * m.vocab_size  # the block matrices (non-embedding)
+        mine = [r for r in runs if r.preset == p]
+        cfgs = [r.config() for r in mine]
+        span = lambda xs: ", ".join(f"{x:g}" for x in sorted(set(xs)))
         rows.append(dict(preset=p, recipe=c.recipe, layers=m.n_layer, width=m.n_embd, heads=m.n_head,
-                         seq_len=m.sequence_len, vocab=m.vocab_size, data=PRESETS[p]["data"],
-                         batch_tokens=c.total_batch_size, steps=c.num_iterations, tokens=c.num_tokens,
-                         non_embedding_params=blocks, tokens_per_param=c.num_tokens / blocks,
+                         seq_len=m.sequence_len, contexts=span(x.model.sequence_len for x in cfgs), vocab=m.vocab_size,
+                         data=PRESETS[p]["data"], batch_tokens=c.total_batch_size, steps=c.num_iterations,
+                         tokens=c.num_tokens, non_embedding_params=blocks, params=scaling_params(m),
+                         tokens_per_param=c.num_tokens / blocks,
                          # nanochat's unit: per block-matrix-and-lm-head parameter (its 10-12 at d12)
-                         tokens_per_scaling_param=c.num_tokens / scaling_params(m),
-                         matrix_lr=c.matrix_lr, runs=sum(1 for r in study.runs if r.preset == p),
-                         core_items_per_task=study.evaluate.get("max_per_task") or "all"))
+                         tokens_per_scaling_param=c.num_tokens / scaling_params(m), matrix_lr=c.matrix_lr,
+                         matrix_lrs=span(x.matrix_lr for x in cfgs),
+                         xsa_layers=", ".join(sorted({x.model.xsa_layers for x in cfgs if x.model.xsa_alpha} or {"none"}))
+                         .replace("last:2", "last 2"),
+                         runs=len(mine), studies=", ".join(s.name for s in studies if any(r.preset == p for r in s.runs)),
+                         core_items_per_task=studies[0].evaluate.get("max_per_task") or "all"))
     return rows
 
 
