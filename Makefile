@@ -4,6 +4,7 @@
 # and two more:
 #   make report [STUDY=...]                the paper from the committed records alone (trains nothing)
 #   make reproduce RUN=<run id>            retrain one committed run and compare it with its record
+#   make lab                               JupyterLab on the notebooks
 #   make study STUDY=robust                train an adaptive study until it declares no more runs
 
 PYTHON ?= python3
@@ -21,7 +22,7 @@ export XSA_EVAL_BUNDLE := $(abspath ../shared/eval_bundle)
 endif
 endif
 
-.PHONY: setup browser tcmalloc test paper study report reproduce
+.PHONY: setup browser tcmalloc test paper study report reproduce lab
 
 setup: $(STAMP)
 
@@ -30,10 +31,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[test]'
 	touch $(STAMP)
 
-# Debian's chromium for the JupyterLab test (Playwright cannot download its own browser offline)
+# Debian's chromium: the paper's PDF engine (its headless print of the HTML) and the JupyterLab test's
+# browser (Playwright cannot download its own offline)
 browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; } \
-		|| echo "warning: could not install chromium; the JupyterLab browser test will be skipped"
+		|| echo "warning: could not install chromium; no PDF of the paper, and the JupyterLab browser test will be skipped"
 
 # Debian's tcmalloc: the CPU study preloads it (faster allocation, the same arithmetic; recorded as
 # ld_preload in each run's provenance). Without it the study runs with glibc malloc, more slowly.
@@ -59,7 +61,7 @@ SHARDS_PASS = pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
 		echo "$(SHARD) $$k/$(SHARDS)"; $(SHARD) $$k/$(SHARDS) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
 
-paper: setup tcmalloc
+paper: setup tcmalloc browser
 	$(PIPELINE) --stages validation data
 	@$(SHARDS_PASS)
 	$(PIPELINE) --stages paper
@@ -79,3 +81,7 @@ reproduce: setup tcmalloc
 # study whole, or LEAVE_OUT="<run id> ..." named on purpose)
 report: setup
 	$(PIPELINE) --stages paper $(if $(LEAVE_OUT),--leave-out $(LEAVE_OUT))
+
+# JupyterLab on the notebooks (as root, as in containers, it needs --allow-root or it exits at once)
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)

@@ -233,7 +233,7 @@ def test_setup_alpha_figure_and_gpu_table(tmp_path):
     assert built["tables"]["alpha_sweep"][0]["n"] == 2  # the unfinished run is not counted
     assert built["tables"]["alpha_sweep"][2]["d_val_bpb_vs_base"] == pytest.approx(-0.01)
     assert built["figures"]["alpha_sweep"].exists() and (tmp_path / "figures" / "alpha_sweep.svg").exists()
-    assert built["estimates"]["t"]["alpha_sweep_1"].value == pytest.approx(-0.01 / 1.5)  # paired by seed
+    assert built["estimates"]["t"]["alpha_sweep_1"].value == pytest.approx(-0.01 / 1.5005)  # paired by seed (0, 1)
     assert built["tables"]["gpu"] == []  # no GPU-scale records: no rows, never numbers from nowhere
     write_run(tmp_path, Run.of("d12", seed=0), 0.85)
     gpu = report.build(study, tmp_path)["tables"]["gpu"]
@@ -331,21 +331,25 @@ def test_executed_notebooks_and_pdf_are_stable(tmp_path):
     assert renumber_nodes(first) == renumber_nodes(second) == b"/ID (node00000000) /K (node00000001) /ID (node00000000)"
 
 
-def test_reproduce_judges_a_rerun_against_the_seed_spread(tmp_path):
-    from xsa.reproduce import seed_sd, verdict
-    for seed, v in enumerate((2.00, 2.01, 2.02)):
-        atomic_write_json(tmp_path / f"p_base_s{seed}" / "summary.json", {"val_bpb": v, "complete": True})
-    atomic_write_json(tmp_path / "p_base-x_s0" / "summary.json", {"val_bpb": 9.0})  # another arm: not counted
-    sd, n = seed_sd(tmp_path / "p_base_s0")
-    assert n == 3 and sd == pytest.approx(0.01)
-    base = dict(seed_sd=sd, seed_sd_runs=n, weights_match=False, val_bpb_match=False, machine_differs=["CPU a here b"],
-                recorded={"cpu_model": "AMD EPYC"})
+def test_reproduce_judges_a_drift_against_the_effects_it_could_move(tmp_path):
+    from xsa.reproduce import effects_moved, verdict
+    atomic_write_json(tmp_path / "robust.json", {"estimates": [
+        dict(key="primary", value=-0.006, n=20, unit="relative", runs=["r_s100", "q_s100"]),
+        dict(key="t256", value=-0.003, n=6, unit="relative", runs=["r_s100"]),
+        dict(key="other", value=-0.5, n=6, unit="relative", runs=["x_s1"])]})
+    moved = effects_moved("r_s100", 0.0006, tmp_path)  # a drift of 0.06% of the run's val bpb
+    assert [m["key"] for m in moved] == ["robust.t256", "robust.primary"]  # the most moved first
+    assert moved[0]["moved"] == pytest.approx(0.0001) and moved[0]["share"] == pytest.approx(1 / 30)
+    base = dict(weights_match=False, val_bpb_match=False, machine_differs=["CPU a here b"],
+                recorded={"cpu_model": "AMD EPYC", "val_bpb": 2.0})
     assert verdict({**base, "val_bpb_abs_diff": 0.0, "weights_match": True, "val_bpb_match": True,
                     "machine_match": True})[1] == 0
-    text, code = verdict({**base, "val_bpb_abs_diff": 0.002, "machine_match": False})
-    assert code == 0 and "0.20 seed-to-seed SDs" in text and "within the seed-to-seed spread" in text
-    assert verdict({**base, "val_bpb_abs_diff": 0.02, "machine_match": False})[1] == 1
-    assert verdict({**base, "val_bpb_abs_diff": 0.002, "machine_match": True})[1] == 1  # same machine: must be exact
+    text, code = verdict({**base, "val_bpb_abs_diff": 0.0012, "machine_match": False, "effects": moved})
+    assert code == 0 and "robust.t256" in text and "3.3% of that effect" in text
+    # a drift of 1% of val bpb over 6 seeds moves T = 256's -0.3% by 0.17 points: more than a tenth of it
+    big = effects_moved("r_s100", 0.01, tmp_path)
+    assert verdict({**base, "val_bpb_abs_diff": 0.02, "machine_match": False, "effects": big})[1] == 1
+    assert verdict({**base, "val_bpb_abs_diff": 0.0002, "machine_match": True, "effects": moved})[1] == 1  # must be exact
 
 
 def test_cpu_identity_tells_machines_apart():

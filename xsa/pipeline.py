@@ -421,13 +421,14 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
             paper_nb = record
     if paper_nb is None:
         return {}
-    from xsa.paper import export_paper
-    out = export_paper(paper_nb, ctx.layout.paper)
+    from xsa.paper import export_paper, paper_runs
+    out = export_paper(paper_nb, ctx.layout.paper, paper_runs(ctx.study))
     print(f"paper: {out['html']}\n       {out['md']}")
     if out["pdf"]:
         print(f"       {out['pdf']} (PDF engine: {out['pdf_engine']})")
     else:
-        print("       no PDF: no engine found (apt-get install chromium, or pandoc and texlive-xetex)")
+        print(f"paper: NO PDF: no PDF engine on this machine, so {ctx.layout.paper / 'paper.pdf'} was not written "
+              "(make browser installs Debian's chromium; or install pandoc and texlive-xetex), then make report")
     return out
 
 
