@@ -22,7 +22,7 @@ export XSA_EVAL_BUNDLE := $(abspath ../shared/eval_bundle)
 endif
 endif
 
-.PHONY: setup browser tcmalloc test paper study report reproduce lab
+.PHONY: setup browser pdftools tcmalloc test paper study report reproduce lab
 
 setup: $(STAMP)
 
@@ -43,7 +43,12 @@ tcmalloc:
 	@ls /usr/lib/*/libtcmalloc_minimal.so.4 >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libtcmalloc-minimal4; } \
 		|| echo "warning: could not install libtcmalloc-minimal4; training runs with glibc malloc (slower, same numbers)"
 
-test: setup browser
+# poppler's pdftoppm and pdftotext: the test that reads the PDF's pages (skipped without them)
+pdftools:
+	@command -v pdftoppm >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y poppler-utils; } \
+		|| echo "warning: could not install poppler-utils; the PDF layout test will be skipped"
+
+test: setup browser pdftools
 	$(PY) -m pytest -q tests
 
 # The CPU study runs as SHARDS one-thread processes (two single-thread trainings beat one two-thread

@@ -4,6 +4,7 @@ template renders from the committed estimates, and a new metric is one entry of 
 
 import json
 import math
+import re
 import statistics
 
 import numpy as np
@@ -134,7 +135,7 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     assert len(abstract.split()) <= 250
     assert "4. Scale: a prediction for d12" in text and "runs are in progress" in text  # no scale records yet
     # the prose outside {{ ... }} and {# ... #}, before the references: no decimal and no percentage typed in
-    import re
+
     source = template_for("default").read_text().split("## References")[0]
     prose = re.sub(r"\{\{.*?\}\}|\{#.*?#\}", " ", source, flags=re.S)
     prose = "\n".join(line for line in prose.splitlines() if not line.startswith("#"))  # headings: section numbers
@@ -146,11 +147,17 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
 def test_the_readme_states_the_answer_as_the_estimates_file_has_it():
     """The README's first screen states the robust study's answer, each number as the estimates file says."""
     est = read_estimates(ESTIMATES / "robust.json")
-    head = "\n".join((REPO_ROOT / "README.md").read_text().splitlines()[:40])
+    head = " ".join((REPO_ROOT / "README.md").read_text().splitlines()[:40])  # the first screen, as one line
     from xsa.report.writing import size
     for key in ("primary", "two_heads"):
         assert size(est[key]) in head, f"README: robust.{key} is {size(est[key])}"
     assert f"{est['primary'].n} paired seeds" in head
+    from xsa.report.writing import num, pct
+    assert f"single-run {pct(est['primary'].seed_paper)} at d12" in head
+    assert (f"{num(est['cpu_w64_d4_params'].value / 1e6, 1)}-{num(est['cpu_w128_d4_params'].value / 1e6, 1)} M "
+            "parameters") in head
+    assert (f"{num(est['cpu_w128_d4_tokens_per_param'].value, 1)}-{num(est['cpu_w64_d4_tokens_per_param'].value, 1)} "
+            "training tokens per parameter") in head
     assert "(in progress)" not in (REPO_ROOT / "README.md").read_text()
 
 
@@ -175,3 +182,36 @@ def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
     # a record that predates the metric: not recorded, with the reason
     assert metrics.missing_reason({"summary": {"val_bpb": 1.0}}, "train_loss_final") == \
         "not recorded: summary.json predates train_loss_final"
+
+
+PDF = REPO_ROOT / "paper" / "paper.pdf"
+
+
+@pytest.mark.skipif(not (__import__("shutil").which("pdftoppm") and __import__("shutil").which("pdftotext")
+                         and PDF.exists()), reason="needs poppler-utils (pdftoppm, pdftotext) and paper/paper.pdf")
+def test_the_pdf_reads_as_a_paper(tmp_path):
+    """The committed PDF: its title is the paper's, the main text is at most 10 pages, no page is more than
+    40% blank (the longest run of empty rows in the printable area), and the last page is not an orphan."""
+    import subprocess
+    from PIL import Image
+    info = subprocess.run(["pdfinfo", str(PDF)], capture_output=True, text=True).stdout
+    assert "Title:           Exclusive Self-Attention under Muon" in info
+    pages = int(re.search(r"Pages:\s+(\d+)", info).group(1))
+    text = [subprocess.run(["pdftotext", "-f", str(i), "-l", str(i), "-layout", str(PDF), "-"], capture_output=True,
+                           text=True).stdout for i in range(1, pages + 1)]
+    appendix = next(i for i, t in enumerate(text) if "Appendix A." in t)
+    assert appendix + 1 <= 10, f"the main text runs to page {appendix + 1}"
+    subprocess.run(["pdftoppm", "-png", "-r", "50", str(PDF), str(tmp_path / "pg")], check=True)
+    for i, f in enumerate(sorted(tmp_path.glob("pg-*.png"))):
+        a = np.asarray(Image.open(f).convert("L"))
+        top, bottom = int(a.shape[0] * 14 / 297), int(a.shape[0] * 283 / 297)
+        rows = (a[top:bottom] < 180).any(axis=1)
+        run = longest = 0
+        for dark in rows:
+            run = 0 if dark else run + 1
+            longest = max(longest, run)
+        blank = longest / (bottom - top)
+        if i + 1 < pages:
+            assert blank <= 0.40, f"page {i + 1} is {blank:.0%} blank"
+        else:
+            assert rows.mean() > 0.1, f"the last page holds almost nothing ({rows.mean():.0%} of its rows)"

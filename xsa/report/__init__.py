@@ -22,13 +22,17 @@ from pathlib import Path
 
 from xsa.report.claims import claims_table
 from xsa.report.declared import PLANNED_SEEDS, study_estimates
-from xsa.report.estimates import write_estimates
+from xsa.report.estimates import Book, read_estimates, write_estimates
+from xsa.report.metrics import METRICS
+from xsa.report.robust import robustness, secondary_kind
+from xsa.stats import Interval
+from xsa.studies import Contrast, Paired, Sweep, Versus
 from xsa.report.notes import left_out_note, machine_warnings
-from xsa.report.writing import pct
+from xsa.report.writing import pct, render, template_for
 from xsa.report.integrity import RecordError, check_records, validate
 from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
                                 fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
-from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
+from xsa.report.records import complete, curve, load_run, load_runs, load_throughput, metric
 from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, SWEEP_LABELS, arms_table, common_seeds, compute_table,
                                contrast_effect, core_tasks_table, diagnostics_effects_table, diagnostics_table, effect,
                                effects_table, fmt, gpu_table, main_table, power_table, setup_table, task_effects_table,
@@ -41,7 +45,6 @@ __all__ = ["build", "validate", "check_records", "RecordError", "show_table", "s
 def comparison_tables(study, runs) -> dict:
     """One table per Versus/Sweep of study.comparisons, under its name (a sweep on the seeds all its
     arms have); the contrasts go to the effects table."""
-    from xsa.studies import Contrast, Paired, Sweep, Versus
     tables = {}
     for c in study.comparisons:
         if isinstance(c, Sweep):
@@ -79,7 +82,6 @@ def forest_rows(study, runs) -> list[dict]:
     """Every comparison's val-bpb effect, relative to its reference arm, with its 95% CI; the
     primary comparison on its planned seeds first, then on all its seeds. The learning-rate sweeps
     have their own figure (fig_lr)."""
-    from xsa.studies import Contrast, Paired, Sweep, Versus
     rows = []
 
     def add(label, e, primary=False):
@@ -113,7 +115,6 @@ def forest_rows(study, runs) -> list[dict]:
 def lr_points(study, runs) -> dict:
     """The learning-rate check drawn: {preset: {"baseline"/"XSA": [(lr, val bpb relative to the
     baseline at the recipe's LR, CI, n)]}}, on the seeds every arm of the preset's check shares."""
-    from xsa.studies import Sweep
     sweeps = [c for c in study.comparisons if isinstance(c, Sweep) and c.field == "matrix_lr"]
     out = {}
     for preset in dict.fromkeys(c.base.preset for c in sweeps):
@@ -144,14 +145,12 @@ def sweep_ylabel(c) -> str:
 
 
 def _scaled(ci, k):
-    from xsa.stats import Interval
     return Interval(ci.lo * k, ci.hi * k) if ci.defined else ci
 
 
 def robustness_figure_rows(rows) -> list[dict]:
     """The robustness table's rows that are XSA against a baseline under one condition (not the
     differences of effects: contrasts, slope, layer choice), in percent, for fig_forest."""
-    from xsa.report.robust import secondary_kind
     keep = [r for r in rows if r.get("rel") is not None
             and (r["family"] != "secondary" or (secondary_kind(r) or ("", ""))[1] == "condition")]
     return [dict(label=f"{r['condition']} (n = {r['n']})", n=r["n"], mean=100 * r["rel"],
@@ -162,7 +161,6 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
     """Write every table and figure of a study's paper into OUT_DIR/tables and OUT_DIR/figures
     (default: results_dir); return the tables (rows) and figure paths. The runs in leave_out (run
     ids) are left out of every table and named in the paper; the paper stage calls validate() first."""
-    from xsa.studies import Contrast, Paired, Sweep
     results_dir = Path(results_dir)
     leave_out = sorted(set(leave_out or ()))
     every = load_runs(results_dir, [r.run_id for r in study.runs if r.run_id not in leave_out])
@@ -196,7 +194,6 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
     estimates = {study.name: study_estimates(study, runs, every, tp)}
     robust, tables["robustness"], tables["lr_selection"] = None, [], []
     if study.robustness:  # XSA's effect under every condition run, the robust study's records beside ours
-        from xsa.report.robust import robustness
         robust = robustness(study, runs, results_dir, estimates[study.name])
         tables["robustness"], tables["lr_selection"] = robust["rows"], robust["selection"]
         estimates[study.robustness], estimates["archive"] = robust["estimates"], robust["archive_estimates"]
@@ -274,8 +271,8 @@ HEADERS = {
     "preset": "preset", "layers": "layers", "width": "width", "heads": "heads", "seq_len": "context",
     "vocab": "vocab", "steps": "steps", "tokens": "tokens", "non_embedding_params": "params (non-emb.)",
     "tokens_per_param": "tokens/param", "tokens_per_scaling_param": "tokens/param (nanochat)", "matrix_lr": "matrix LR", "runs": "runs", "source": "source",
-    "scale": "scale", "arm": "arm", "n": "n", "val_bpb": "val bpb", "val_bpb_ci95": "95% CI",
-    "val_bpb_rel": "vs baseline", "core": "CORE", "core_bpb": "CORE bpb", "core_bpb_rel": "vs baseline",
+    "scale": "scale", "arm": "arm", "n": "n", "val_bpb_ci95": "95% CI",
+    "val_bpb_rel": "vs baseline", "core_bpb_rel": "vs baseline",
     "comparison": "comparison", "pilot_n": "pilot n", "pilot_rel_sd": "pilot SD",
     "seed_paper_effect_rel": "seed paper's effect", "seeds_for_80pct_power": "n for 80% power",
     "rel_sd": "SD, all seeds", "rel_ci_half_width_first8": "half-width at n = 8",
@@ -283,7 +280,7 @@ HEADERS = {
     "theirs": "theirs", "estimate": "ours: estimate [95% CI]", "verdict": "verdict", "metric": "metric",
     "d": "difference", "d_ci95": "95% CI", "rel": "relative", "rel_ci95": "95% CI", "layer": "layer",
     "baseline": "baseline", "xsa": "XSA", "direction": "interval", "cos_y_v": "cos(y,v)", "cos_z_v": "cos(z,v)",
-    "diag_mass": "a_ii", "first_mass": "a_i0", "entropy": "entropy", "cos_v_v": "cos(v_i,v_j)",
+    "first_mass": "a_i0", "entropy": "entropy", "cos_v_v": "cos(v_i,v_j)",
     "baseline_tok_per_s": "baseline tok/s", "xsa_tok_per_s": "XSA tok/s", "overhead": "overhead",
     "overhead_ci95": "95% CI", "clock": "clock", "threads": "threads", "task": "task", "run": "run",
     "wall_min": "wall min", "cpu_min": "CPU min", "config_hash": "config", "git_commit": "commit",
@@ -294,6 +291,7 @@ HEADERS = {
     "selected": "selected", "key": "estimate key", "study": "study", "cpu_s": "train CPU s", "eval_cpu_s": "CORE + diag. CPU s",
     "wall_s": "wall s", "contexts": "context T", "params": "params", "matrix_lrs": "matrix LRs run",
     "xsa_layers": "XSA layers", "studies": "studies",
+    **{name: m.header for name, m in METRICS.items()},  # a metric's header is the metric table's
 }
 # integers with thousands separators, and fewer digits where four say nothing
 DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
@@ -302,14 +300,12 @@ DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, 
 
 
 def _percent(value, signed: bool = True):
-    from xsa.stats import Interval
     if isinstance(value, Interval):
         return "n/a" if not value.defined else f"[{pct(value.lo)}, {pct(value.hi)}]"
     return value if not isinstance(value, float) else pct(value, signed)
 
 
 def _cell(col, value):
-    from xsa.stats import Interval
     if value is None:
         return "n/a"
     if col in PERCENT:
@@ -357,7 +353,6 @@ def table_markdown(built: dict, name: str, cols=None, **where) -> str:
     default = DISPLAY_ARMS if rows and "d_ci95" in rows[0] and name not in DISPLAY else (list(rows[0]) if rows else [])
     cols = [c for c in (cols or DISPLAY.get(name, default)) if rows and c in rows[0]]
     shown = [{c: _cell(c, r[c]) for c in cols} for r in rows]
-    from xsa.stats import Interval
     numeric = {c: "r" for c in cols if any(isinstance(r[c], (int, float, Interval)) and not isinstance(r[c], bool)
                                            for r in rows)}
     if "estimate" in cols:
@@ -393,17 +388,15 @@ def show_figure(built: dict, name: str, caption: str | None = None):
     return Markdown(caption)
 
 
-def book(built: dict, results_dir) -> "Book":
+def book(built: dict, results_dir) -> Book:
     """The estimates the text may use: every estimates file under results_dir/estimates (a study
     trained on another branch, say), with this build's own in their place."""
-    from xsa.report.estimates import Book, read_estimates
     studies = {f.stem: read_estimates(f) for f in sorted((Path(results_dir) / "estimates").glob("*.json"))}
     return Book({**studies, **built["estimates"]})
 
 
 def paper_blocks(study, built: dict, results_dir) -> list:
     """The paper's text (paper/text/<study>.md.j2) rendered from the estimates, as blocks."""
-    from xsa.report.writing import render, template_for
     source = template_for(study.name).read_text()
     tables = lambda name, cols=None, **where: table_markdown(built, name, cols, **where)
     runs = [*built["runs"], *((built.get("robust") or {}).get("runs") or [])]

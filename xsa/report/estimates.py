@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from xsa.records import atomic_write_text
 from xsa.report import metrics as M
-from xsa.report.records import per_seed
+from xsa.report.records import metric as metric_of, per_seed
 from xsa.stats import Interval, contrast, differences, holm, mean_ci, relative_differences, t_pvalue
 
 
@@ -102,7 +102,16 @@ def paired(key, runs, a, b, metric="val_bpb", seeds=None, family="", **extra) ->
                   f"(seeds {_seeds(d)})") if rel else (f"{M.label(metric)}: {_arm_text(b)} minus {_arm_text(a)}, "
                                                       f"paired by seed (seeds {_seeds(d)})")
     return from_values(key, d.values(), unit="relative" if rel else "absolute", metric=metric, family=family,
-                       definition=definition, runs=_ids(runs, (a, b), d), **extra)
+                       definition=definition, runs=_ids(runs, (a, b), d), reason="" if d else _why(runs, (a, b), metric),
+                       **extra)
+
+
+def _why(runs, arms, metric) -> str:
+    """Why a pair has no paired value of `metric`: the reason of a run of its arms that lacks it, or none run."""
+    names = {a.name for a in arms}
+    mine = [r for r in runs if r["arm"] in names]
+    lacking = next((r for r in mine if metric_of(r, metric) is None), None)
+    return M.missing_reason(lacking, metric) if lacking else "not run (no records of these arms)"
 
 
 def contrasted(key, runs, c, metric="val_bpb", family="", **extra) -> Estimate:

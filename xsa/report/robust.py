@@ -22,11 +22,14 @@ from pathlib import Path
 
 from xsa.archive import ARCHIVE
 from xsa.report.archive import archived_list, archived_rows
-from xsa.report.declared import archive_estimates, robust_estimates
-from xsa.report.estimates import SEQ_LENS
+from xsa.config import scaling_params
+from xsa.report.declared import ROBUST_KEYS, archive_estimates, robust_estimates
+from xsa.report.estimates import SEQ_LENS, slug
+from xsa.report.integrity import RecordError, check_present
 from xsa.report.records import load_runs, per_seed
 from xsa.report.rows import effect_row, minute, not_run_row
 from xsa.stats import mean_ci
+from xsa.studies import GROUP_SEEDS, Contrast, Sweep, get_study, group_arms
 
 SLOPE = "sequence-length slope"
 # The secondary family's rows, by comparison: (label in the table, the condition as a sentence names
@@ -57,7 +60,6 @@ def secondary_kind(row: dict) -> tuple[str, str] | None:
 
 def _condition(arm, seq_len=None) -> dict:
     """The columns that say what a row's condition is, read from the arm's config."""
-    from xsa.config import scaling_params
     cfg = arm.config()
     m = cfg.model
     return dict(preset=arm.preset, heads=m.n_head, seq_len=seq_len or m.sequence_len,
@@ -92,8 +94,6 @@ def _first_record(runs, *arms) -> str | None:
 def robust_rows(robust, runs, est) -> list[dict]:
     """The robust study's rows from its estimates: its primary endpoint, then its pre-registered secondary
     family in order (Holm-adjusted over the whole family, xsa/report/declared.py)."""
-    from xsa.report.declared import ROBUST_KEYS
-    from xsa.studies import Contrast
     try:
         p = robust.comparison(robust.primary)
     except KeyError:  # the LR selection is still training: nothing declared yet
@@ -120,7 +120,6 @@ def robust_rows(robust, runs, est) -> list[dict]:
 def recipe_rows(study, runs, est) -> list[dict]:
     """The recipe-LR study's rows from its estimates: its primary on the planned seeds, with the post hoc
     seeds, and its other main pairs (the second depth)."""
-    from xsa.report.estimates import slug
     rows = []
     for q in study.main:
         when = _first_record(runs, q.a, q.b)
@@ -159,7 +158,6 @@ def robustness_rows(study, robust, runs, robust_runs, est, robust_est) -> list[d
 def selection(robust, runs) -> list[dict]:
     """Each LR grid of the robust study: per arm and LR, the mean final val bpb over its selection seeds,
     and which LR the rule selected."""
-    from xsa.studies import Sweep
     chosen = {x for p in robust.main for x in p.arms()}  # the arms at their selected LRs
     out = []
     for c in robust.comparisons:
@@ -175,7 +173,6 @@ def group_check(robust, runs) -> list[dict]:
     """The AdamW-group check, descriptive (2 seeds): per arm and scale of the embedding and unembedding
     LRs, the mean final val bpb at the selected matrix LR and its grid neighbours, and whether the
     lowest is at another matrix LR than the selected one (the optimum moved)."""
-    from xsa.studies import GROUP_SEEDS, Sweep, group_arms
     if not robust.main:
         return []
     primary = robust.comparison(robust.primary)
@@ -197,8 +194,6 @@ def robustness(study, runs, results_dir, est) -> dict:
     """The robustness table of `study` (the recipe-LR study, whose records `runs` are) beside its
     robust study's records under results_dir: {rows, selection, preregistration, runs}. A damaged
     robust-study record stops it (RecordError), as a damaged record of the study itself does."""
-    from xsa.report.integrity import RecordError, check_present
-    from xsa.studies import get_study
     robust = get_study(study.robustness, results_dir)
     problems = check_present(robust, results_dir)
     if problems:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from xsa.records import atomic_write_text
 from xsa.report.metrics import effect_metrics, relative
-from xsa.report.records import by_arm, complete, finished, metric, per_seed
+from xsa.report.records import by_arm, complete, metric, per_seed
 from xsa.studies import SEED_PAPER
 from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)

@@ -67,10 +67,12 @@ def est(e: Estimate, n: bool = True) -> str:
     return text + (f" (n = {e.n})" if n else "")
 
 
-def size(e: Estimate) -> str:
-    """The magnitude of a relative estimate with its interval, unsigned: '0.61% [0.43%, 0.78%]'."""
+def size(e: Estimate, n: bool = False) -> str:
+    """The magnitude of a relative estimate, unsigned, for "lowers by ...": '0.61% [0.43%, 0.78%]' (with
+    n: '... (n = 20)'); the claim beside it says which way, and fails the build when that no longer holds."""
     lo, hi = sorted((abs(e.lo), abs(e.hi))) if e.ci.defined else (None, None)
-    return f"{pct(abs(e.value), False)}" + (f" [{pct(lo, False)}, {pct(hi, False)}]" if lo is not None else "")
+    return (f"{pct(abs(e.value), False)}" + (f" [{pct(lo, False)}, {pct(hi, False)}]" if lo is not None else "")
+            + (f" (n = {e.n})" if n else ""))
 
 
 def pvalue(x) -> str:
@@ -93,10 +95,6 @@ def value(e: Estimate):
 
 # -----------------------------------------------------------------------------
 # Verdicts
-
-def _depends(e: Estimate) -> bool:
-    return e.decided
-
 
 VERDICTS = {
     "lowers": lambda e, x: e.decided and e.value < 0,
