@@ -215,3 +215,28 @@ def test_the_pdf_reads_as_a_paper(tmp_path):
             assert blank <= 0.40, f"page {i + 1} is {blank:.0%} blank"
         else:
             assert rows.mean() > 0.1, f"the last page holds almost nothing ({rows.mean():.0%} of its rows)"
+
+
+def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_runs(tmp_path, monkeypatch):
+    import nbformat
+
+    from xsa import paper
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "# A title\n\nText."})]
+    nb.cells = [cell]
+    executed = tmp_path / "05_paper.ipynb"
+    nbformat.write(nb, str(executed))
+    out_dir = tmp_path / "paper"
+    out_dir.mkdir()
+    (out_dir / "paper.pdf").write_bytes(b"%PDF- an older build")
+    monkeypatch.setattr(paper, "pdf_engine", lambda: None)
+    out = paper.export_paper(executed, out_dir)
+    assert out["pdf"] is None and not (out_dir / "paper.pdf").exists()
+    assert "<title>A title</title>" in (out_dir / "paper.html").read_text()  # the PDF's title, where one is printed
+    # the paper's date: the newest record of the runs it reads, never another study's (an ignored smoke run)
+    for run, date in (("mine_s0", "2026-01-02T00:00:00+00:00"), ("smoke_base_s0", "2026-12-31T00:00:00+00:00")):
+        atomic_write_json(tmp_path / "runs" / run / "provenance.json", {"date": date})
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert paper.source_date(tmp_path, ["mine_s0"]).isoformat() == "2026-01-02T00:00:00+00:00"
+    assert paper.source_date(tmp_path).isoformat() == "2026-12-31T00:00:00+00:00"

@@ -427,7 +427,7 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
     if out["pdf"]:
         print(f"       {out['pdf']} (PDF engine: {out['pdf_engine']})")
     else:
-        print(f"paper: NO PDF: no PDF engine on this machine, so {ctx.layout.paper / 'paper.pdf'} was not written "
+        print(f"paper: no PDF: no PDF engine on this machine, so {ctx.layout.paper / 'paper.pdf'} was not written "
               "(make browser installs Debian's chromium; or install pandoc and texlive-xetex), then make report")
     return out
 

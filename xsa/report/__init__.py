@@ -1,7 +1,9 @@
 """
-Tables and figures of the paper, built from run records only (no model, no training).
+The paper from run records only (no model, no training): the estimates, the tables, the figures and
+the text.
 
-    built = report.build(study, "results")      # writes results/tables and results/figures
+    built = report.build(study, "results")      # results/estimates/<study>.json, results/tables, results/figures
+    report.show_paper(study, built, "results")  # in 05_paper.ipynb: the text of paper/text/<study>.md.j2
 
 Reads results/runs/<run_id>/{config,summary,eval,diagnostics,provenance}.json + metrics.jsonl and
 results/throughput/<preset>.json; iterates the study's comparisons and claims (xsa/studies.py), so
@@ -9,11 +11,15 @@ the design of the study lives in one place. Everything is deterministic: the sam
 same bytes.
 
 - integrity: the study's record set checked whole before anything is written (validate)
-- records: reading run folders back, per-seed values of an arm
-- xsa.stats: t-intervals, paired differences, contrasts (pure functions)
-- tables:  the table builders and the one table writer
-- figures: the figure builders and the one figure saver
-- claims:  the seed paper's claims, judged
+- records:   reading run folders back, per-seed values of an arm
+- metrics:   every metric defined once (label, header, unit, relative or absolute, where recorded)
+- estimates: an estimate (value, interval, n, p, Holm p, definition, run ids) and its files
+- declared:  each study's declared estimates, computed once
+- tables:    the table builders and the one table writer
+- figures:   the figure builders and the one figure saver
+- robust, archive, rows: the robustness table's rows, from the estimates
+- claims:    the seed paper's claims, judged by the confirmatory estimates
+- writing:   the text's template rendered: numbers by key, verdicts checked, figures and tables numbered
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ SECONDARY_ROWS = {
     "last half vs baseline": ("last 2 layers vs baseline", "on the last two layers only", "condition"),
     "last half vs all layers": ("last 2 layers vs all layers", "the choice of layers (last two or all)", "dependence"),
 }
-PRIMARY = "tuned LRs (primary)"
+PRIMARY = "tuned LRs, T = 512 (primary)"
 
 
 def secondary_row(rows, comparison: str) -> dict | None:

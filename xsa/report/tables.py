@@ -328,6 +328,12 @@ def throughput_table(tp: dict) -> list[dict]:
     return rows
 
 
+def lr_range(lrs) -> str:
+    """The matrix LRs run on a preset: '0.02' or '0.01-0.16 (5)' (lowest-highest, how many)."""
+    lrs = sorted(set(lrs))
+    return f"{lrs[0]:g}" if len(lrs) == 1 else f"{lrs[0]:g}-{lrs[-1]:g} ({len(lrs)})"
+
+
 def setup_table(*studies) -> list[dict]:
     """What each preset of the studies trains (from the presets and the studies' runs, not from prose):
     its shape, its horizon, and every condition run on it (context lengths, matrix LRs, where XSA is)."""
@@ -348,7 +354,7 @@ def setup_table(*studies) -> list[dict]:
                          tokens_per_param=c.num_tokens / blocks,
                          # nanochat's unit: per block-matrix-and-lm-head parameter (its 10-12 at d12)
                          tokens_per_scaling_param=c.num_tokens / scaling_params(m), matrix_lr=c.matrix_lr,
-                         matrix_lrs=span(x.matrix_lr for x in cfgs),
+                         matrix_lrs=lr_range(x.matrix_lr for x in cfgs),
                          xsa_layers=", ".join(sorted({x.model.xsa_layers for x in cfgs if x.model.xsa_alpha} or {"none"}))
                          .replace("last:2", "last 2"),
                          runs=len(mine), studies=", ".join(s.name for s in studies if any(r.preset == p for r in s.runs)),

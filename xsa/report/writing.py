@@ -56,23 +56,24 @@ def pct_ci(e: Estimate) -> str:
     return "(no interval)" if not e.ci.defined else f"[{pct(e.lo)}, {pct(e.hi)}]"
 
 
-def est(e: Estimate, n: bool = True) -> str:
-    """'-0.61% [-0.78%, -0.43%] (n = 20)' of a relative estimate (absolute ones at 4 decimals)."""
+def est(e: Estimate, n: bool = True, holm: bool = False) -> str:
+    """'-0.61% [-0.78%, -0.43%], n = 20' of a relative estimate (absolute ones at 4 decimals); with holm,
+    its Holm-adjusted p after n. No brackets around n, so a sentence puts it in its own."""
     if e is None or e.value is None:
         return f"n/a ({e.reason})" if e is not None and e.reason else "n/a"
     if e.unit == "relative":
         text = f"{pct(e.value)} {pct_ci(e)}"
     else:
         text = f"{e.value:+.4f}" + (f" [{e.lo:+.4f}, {e.hi:+.4f}]" if e.ci.defined else "")
-    return text + (f" (n = {e.n})" if n else "")
+    return text + (f", n = {e.n}" if n else "") + (f", Holm p {pvalue(e.p_holm)}" if holm else "")
 
 
-def size(e: Estimate, n: bool = False) -> str:
-    """The magnitude of a relative estimate, unsigned, for "lowers by ...": '0.61% [0.43%, 0.78%]' (with
-    n: '... (n = 20)'); the claim beside it says which way, and fails the build when that no longer holds."""
+def size(e: Estimate, n: bool = False, holm: bool = False) -> str:
+    """The magnitude of a relative estimate, unsigned, for "lowers by ...": '0.61% [0.43%, 0.78%]' (with n:
+    '..., n = 20'); the claim beside it says which way, and fails the build when that no longer holds."""
     lo, hi = sorted((abs(e.lo), abs(e.hi))) if e.ci.defined else (None, None)
     return (f"{pct(abs(e.value), False)}" + (f" [{pct(lo, False)}, {pct(hi, False)}]" if lo is not None else "")
-            + (f" (n = {e.n})" if n else ""))
+            + (f", n = {e.n}" if n else "") + (f", Holm p {pvalue(e.p_holm)}" if holm else ""))
 
 
 def pvalue(x) -> str:
