@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.report.claims import claims_table
-from xsa.report.declared import PLANNED_SEEDS, study_estimates
+from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
 from xsa.report.estimates import Book, read_estimates, write_estimates
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
@@ -197,7 +197,8 @@ def build(study, results_dir, out_dir=None, leave_out=()) -> dict:
         "compute": compute_table(every),
         "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
-    estimates = {study.name: study_estimates(study, runs, every, tp)}
+    estimates = {study.name: robust_estimates(study, runs, [r for r in every if r["spec"].seed < study.estimate_from])
+                 if study.secondary else study_estimates(study, runs, every, tp)}  # a study with a Holm family
     robust, tables["robustness"], tables["lr_selection"] = None, [], []
     if study.robustness:  # XSA's effect under every condition run, the robust study's records beside ours
         robust = robustness(study, runs, results_dir, estimates[study.name])
