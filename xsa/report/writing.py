@@ -106,6 +106,8 @@ VERDICTS = {
     "grows with": lambda e, x: e.decided and e.value < 0,  # a more negative effect per doubling: a larger gain
     "shrinks with": lambda e, x: e.decided and e.value > 0,
     "excludes": lambda e, x: e.ci.defined and e.ci.excludes(x),
+    # the whole interval lies beyond x, on x's side of zero: a larger effect than x, not only another one
+    "exceeds": lambda e, x: e.ci.defined and (e.hi < x if x < 0 else e.lo > x),
     "includes": lambda e, x: e.ci.defined and not e.ci.excludes(x),
     "supported": lambda e, x: e.decided and (e.value < 0) == (x == "lower"),
     "contradicted": lambda e, x: e.decided and (e.value < 0) != (x == "lower"),
@@ -135,16 +137,20 @@ class Paper:
         self.appendix_from = len(self.shown)
         return '\n<div class="appendix-start"></div>\n'
 
-    def claim(self, key: str, word: str, against=None, say: str | None = None) -> str:
-        """`word` (or `say`) if the estimate at `key` supports it; else a mark that fails the build."""
+    def claim(self, key, word: str, against=None, say: str | None = None) -> str:
+        """`word` (or `say`) if the estimate at `key` (or every one of a list of keys) supports it; else a
+        mark that fails the build."""
         if word not in VERDICTS:
             raise ValueError(f"claim({key!r}, {word!r}): the word is not one of {', '.join(VERDICTS)}")
-        e = self.book.get(key)
-        x = e.seed_paper if against == "seed paper" else against
-        if e.value is not None and VERDICTS[word](e, x):
+        failed = []
+        for k in [key] if isinstance(key, str) else key:
+            e = self.book.get(k)
+            x = e.seed_paper if against == "seed paper" else against
+            if e.value is None or not VERDICTS[word](e, x):
+                failed.append(f"{k} = {est(e)}" + (f", Holm p {pvalue(e.p_holm)}" if e.p_holm is not None else ""))
+        if not failed:
             return say or word
-        self.stale.append(f"claim({key!r}, {word!r}) but {key} = {est(e)}"
-                          + (f", Holm p {pvalue(e.p_holm)}" if e.family == "secondary" else ""))
+        self.stale.append(f"claim({key!r}, {word!r}) but {'; '.join(failed)}")
         return _MARK.format(len(self.stale) - 1)
 
     def figure(self, name: str, caption: str) -> str:
