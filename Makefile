@@ -4,8 +4,9 @@
 # and two more:
 #   make report [STUDY=...]                the paper from the committed records alone (trains nothing)
 #   make reproduce RUN=<run id>            retrain one committed run and compare it with its record
+#   make lab                               JupyterLab on the notebooks
 #   make study STUDY=robust                train an adaptive study until it declares no more runs
-#   make gpu-study                         the gpu study on one 8-GPU node: data, torchrun, evaluations, paper
+#   make gpu-study [GPU_STUDY=d12-test]    a GPU study on one 8-GPU node: data, torchrun, evaluations, paper
 
 PYTHON ?= python3
 VENV := .venv
@@ -25,7 +26,7 @@ export XSA_EVAL_BUNDLE := $(abspath ../shared/eval_bundle)
 endif
 endif
 
-.PHONY: setup browser tcmalloc test paper study report reproduce gpu-study
+.PHONY: setup browser pdftools tcmalloc test paper study report reproduce gpu-study lab
 
 setup: $(STAMP)
 
@@ -34,10 +35,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[test]'
 	touch $(STAMP)
 
-# Debian's chromium for the JupyterLab test (Playwright cannot download its own browser offline)
+# Debian's chromium: the paper's PDF engine (its headless print of the HTML) and the JupyterLab test's
+# browser (Playwright cannot download its own offline)
 browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; } \
-		|| echo "warning: could not install chromium; the JupyterLab browser test will be skipped"
+		|| echo "warning: could not install chromium; no PDF of the paper, and the JupyterLab browser test will be skipped"
 
 # Debian's tcmalloc: the CPU study preloads it (faster allocation, the same arithmetic; recorded as
 # ld_preload in each run's provenance). Without it the study runs with glibc malloc, more slowly.
@@ -45,7 +47,12 @@ tcmalloc:
 	@ls /usr/lib/*/libtcmalloc_minimal.so.4 >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libtcmalloc-minimal4; } \
 		|| echo "warning: could not install libtcmalloc-minimal4; training runs with glibc malloc (slower, same numbers)"
 
-test: setup browser
+# poppler's pdftoppm and pdftotext: the test that reads the PDF's pages (skipped without them)
+pdftools:
+	@command -v pdftoppm >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y poppler-utils; } \
+		|| echo "warning: could not install poppler-utils; the PDF layout test will be skipped"
+
+test: setup browser pdftools
 	$(PY) -m pytest -q tests
 
 # The CPU study runs as SHARDS one-thread processes (two single-thread trainings beat one two-thread
@@ -63,7 +70,7 @@ SHARDS_PASS = pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
 		echo "$(SHARD) $$k/$(SHARDS)"; $(SHARD) $$k/$(SHARDS) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
 
-paper: setup tcmalloc
+paper: setup tcmalloc browser
 	$(PIPELINE) --stages validation data
 	@$(SHARDS_PASS)
 	$(PIPELINE) --stages paper
@@ -89,15 +96,21 @@ report: setup
 # four runs one after the other, each over every GPU with torchrun (xsa/gpu_study.py; a run stopped
 # part-way resumes), then CORE, SFT, ChatCORE, diagnostics and throughput as one pipeline shard per
 # GPU (the trained runs are found done and skipped), then the paper. NGPU=<n> and DEVICE_BATCH=<rows>
-# (e.g. 8 for d24-nanochat on 80 GB) where the defaults do not fit.
+# (e.g. 8 for d24-nanochat on 80 GB) where the defaults do not fit. GPU_STUDY=d12-test tests the scale
+# study's d12 prediction instead: d12 pairs until its precision rule stops (xsa/study_scale.py).
 NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
-GPU_PIPELINE := $(PY) -m xsa.pipeline --study gpu
+GPU_STUDY ?= gpu
+GPU_PIPELINE := $(PY) -m xsa.pipeline --study $(GPU_STUDY)
 gpu-study: setup
 	@test "$(NGPU)" -ge 1 2>/dev/null || { echo "gpu-study: no GPU visible (nvidia-smi -L lists none; set NGPU=<n>)"; exit 2; }
 	$(GPU_PIPELINE) --stages validation data
-	$(PY) -m xsa.gpu_study --study gpu --nproc $(NGPU) $(if $(DEVICE_BATCH),--device-batch-size $(DEVICE_BATCH))
+	$(PY) -m xsa.gpu_study --study $(GPU_STUDY) --nproc $(NGPU) $(if $(DEVICE_BATCH),--device-batch-size $(DEVICE_BATCH))
 	@pids=""; for k in $$(seq 0 $$(($(NGPU) - 1))); do \
 		echo "CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(NGPU)"; \
 		CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(NGPU) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
 	$(GPU_PIPELINE) --stages paper
+
+# JupyterLab on the notebooks (as root, as in containers, it needs --allow-root or it exits at once)
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)

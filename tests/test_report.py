@@ -6,7 +6,7 @@ import pytest
 
 from xsa import report
 from xsa.records import atomic_write_json, append_jsonl
-from xsa.report.claims import verdict
+from xsa.report.notes import machine_warnings
 from xsa.stats import Interval, mean_ci, t_critical
 from xsa.spec import Arm, Run
 from xsa.studies import Claim, Contrast, Paired, Study, Sweep, xsa_pair
@@ -101,16 +101,11 @@ def test_main_table_and_claims(results, study):
     bpb = claims["XSA lowers val bpb at the smaller depth"]
     ci = mean_ci(rels)["ci"]
     assert bpb["n"] == 3 and bpb["estimate"] == pytest.approx(sum(rels) / 3) and bpb["verdict"] == "supported"
-    assert bpb["ci95"] == ci  # a number pair in the row, text only where written
-    assert bpb["excludes_zero"] and bpb["statement"].startswith(
-        f"XSA changes val bpb by {100 * sum(rels) / 3:+.2f}% [{100 * ci.lo:+.2f}%, {100 * ci.hi:+.2f}%] (n = 3): "
-        "excludes no effect")
-    assert f"[{ci.lo:.4f}, {ci.hi:.4f}]" in (results / "tables" / "claims.md").read_text()
+    assert bpb["ci95"] == ci and bpb["key"] == "t.primary"  # judged by the estimate of that key
     core = claims["XSA lowers Base CORE at the smaller depth"]  # absolute points: differences -0.01, +0.01, 0
-    assert core["verdict"].startswith("not decided") and core["estimate"] == pytest.approx(0.0, abs=1e-12)
+    assert core["verdict"] == "not decided" and core["estimate"] == pytest.approx(0.0, abs=1e-12)
     assert claims["XSA lowers the diagonal attention mass"]["verdict"] == "supported"
     assert claims["XSA's runtime overhead is at most about 5%"]["verdict"] == "supported"
-    assert "**supported**" in report.summary_text(study, built)
 
 
 def test_relative_change_keeps_its_sign_below_zero():
@@ -149,9 +144,13 @@ def test_seeds_for_half_width():
 
 
 def test_verdicts():
-    assert verdict(3, Interval(0.5, 1.5), "lower") == "contradicted"
-    assert verdict(3, Interval(0.5, 1.5), "higher") == "supported"
-    assert verdict(1, Interval(None, None), "higher").startswith("cannot decide")
+    from xsa.report.estimates import Estimate
+    from xsa.report.writing import verdict_of
+    e = lambda lo, hi, n=3: Estimate("k", (lo + hi) / 2 if lo is not None else None, lo, hi, n)
+    assert verdict_of(e(0.5, 1.5), "lower") == "contradicted"
+    assert verdict_of(e(0.5, 1.5), "higher") == "supported"
+    assert verdict_of(e(-0.5, 1.5), "higher") == "not decided"
+    assert verdict_of(e(None, None, 1), "higher") == "cannot decide"
 
 
 def test_writes_tables_and_figures_deterministically(results, study):
@@ -208,8 +207,10 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
     assert row["d_ci95"] == ci and ci.lo > 0  # the effects differ
     own = rows[("smoke AdamW only", "val_bpb")]  # the second pair's own effect has its row too
     assert own["n"] == 3 and own["d"] == pytest.approx(sum(b - a for a, b in zip(adamw["base"], adamw["xsa1"])) / 3)
-    sentence = " ".join(report.text.contrast_sentences(study, built))
-    assert "the two effects differ" in sentence and "no paired seeds" not in sentence
+    est = built["estimates"]["t"]["optimizer_control"]  # relative: per seed, the AdamW effect minus the Muon one
+    rel = [(a1 - a0) / a0 - (m1 - m0) / m0 for a0, a1, m0, m1 in zip(adamw["base"], adamw["xsa1"], muon["base"],
+                                                                       muon["xsa1"])]
+    assert est.n == 3 and est.value == pytest.approx(sum(rel) / 3) and est.decided
 
 
 def test_setup_alpha_figure_and_gpu_table(tmp_path):
@@ -232,8 +233,7 @@ def test_setup_alpha_figure_and_gpu_table(tmp_path):
     assert built["tables"]["alpha_sweep"][0]["n"] == 2  # the unfinished run is not counted
     assert built["tables"]["alpha_sweep"][2]["d_val_bpb_vs_base"] == pytest.approx(-0.01)
     assert built["figures"]["alpha_sweep"].exists() and (tmp_path / "figures" / "alpha_sweep.svg").exists()
-    (sentence,) = report.text.sweep_sentences(study, built)
-    assert "lowest at 1." in sentence and "1: -0.67% [" in sentence  # (1.49 - 1.50) / 1.50, paired by seed
+    assert built["estimates"]["t"]["alpha_sweep_1"].value == pytest.approx(-0.01 / 1.5005)  # paired by seed (0, 1)
     assert built["tables"]["gpu"] == []  # no GPU-scale records: no rows, never numbers from nowhere
     write_run(tmp_path, Run.of("d12", seed=0), 0.85)
     gpu = report.build(study, tmp_path)["tables"]["gpu"]
@@ -256,14 +256,11 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     study = Study(name="t", scale="test scale", runs=tuple(runs), main=(pair,), comparisons=tuple(sweeps),
                   primary=pair.name)
     built = report.build(study, tmp_path)
-    *per_sweep, summary = report.text.sweep_sentences(study, built)
-    assert len(per_sweep) == 2 and "lowest at 0.02" in per_sweep[0] and "one seed: no interval" in per_sweep[0]
-    assert "0.02 for the baseline and 0.04 for XSA (recipe 0.02)" in summary and "XSA moves the optimum" in summary
-    assert "0.01: +0.66%, 0.02: +0.67%, 0.04: -1.32%" in summary  # XSA minus baseline at each LR, same seed
-    refs = report.sections.Refs(study, built)
-    assert "lowest val bpb on the grid is at matrix LR 0.02" in report.sections.results_lr(study, built, refs)
-    assert "**Tuning.**" not in report.text.discussion(study, built)  # the baseline is at its best already
-    # a baseline better at 0.04, where XSA's gain turns into a loss: the results and the abstract say so
+    est = built["estimates"]["t"]
+    assert est["lr_check_cpu_w64_d4_base_best"].value == 0.02  # the baseline is at its best already
+    assert est["lr_check_cpu_w64_d4_0_04"].value == pytest.approx(1.49 / 1.51 - 1)  # XSA minus baseline, one seed
+    assert est["lr_check_cpu_w64_d4_0_04"].n == 1 and not est["lr_check_cpu_w64_d4_0_04"].ci.defined
+    # a baseline better at 0.04, where XSA's one-seed change is a loss
     bpb.update({("base", 0.04): 1.48, ("xsa", 0.02): 1.49, ("xsa", 0.04): 1.485})
     for sweep, arm in zip(sweeps, ("base", "xsa")):
         for a in sweep.arms():
@@ -271,12 +268,9 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     for a, v in zip(pair.arms(), (1.50, 1.51)):
         write_run(tmp_path / "tuned", a.run(1), v)
     tuned = report.build(study, tmp_path / "tuned")
-    text = report.sections.results_lr(study, tuned, report.sections.Refs(study, tuned))
-    assert "at matrix LR 0.04 (the top of the grid, so its optimum may lie beyond it), -1.33% against" in text
-    assert "XSA's change is -0.67% at 0.02 and +0.34% at 0.04: its gain does not survive tuning the baseline" in text
-    assert ("where the baseline does best (the top of the grid), 0.04, XSA's change is +0.34% (1 seed), a reversal"
-            in report.sections.abstract(study, tuned))
-    assert "**Tuning.**" in report.text.discussion(study, tuned)
+    est = tuned["estimates"]["t"]
+    assert est["lr_check_cpu_w64_d4_base_best"].value == 0.04
+    assert est["lr_check_cpu_w64_d4_0_04"].value == pytest.approx(1.485 / 1.48 - 1)
     # the learning-rate figure: one panel per preset, n = 1 points (no interval)
     assert tuned["figures"]["lr"] is not None
     pts = report.lr_points(study, tuned["runs"])["cpu-w64-d4"]
@@ -337,21 +331,25 @@ def test_executed_notebooks_and_pdf_are_stable(tmp_path):
     assert renumber_nodes(first) == renumber_nodes(second) == b"/ID (node00000000) /K (node00000001) /ID (node00000000)"
 
 
-def test_reproduce_judges_a_rerun_against_the_seed_spread(tmp_path):
-    from xsa.reproduce import seed_sd, verdict
-    for seed, v in enumerate((2.00, 2.01, 2.02)):
-        atomic_write_json(tmp_path / f"p_base_s{seed}" / "summary.json", {"val_bpb": v, "complete": True})
-    atomic_write_json(tmp_path / "p_base-x_s0" / "summary.json", {"val_bpb": 9.0})  # another arm: not counted
-    sd, n = seed_sd(tmp_path / "p_base_s0")
-    assert n == 3 and sd == pytest.approx(0.01)
-    base = dict(seed_sd=sd, seed_sd_runs=n, weights_match=False, val_bpb_match=False, machine_differs=["CPU a here b"],
-                recorded={"cpu_model": "AMD EPYC"})
+def test_reproduce_judges_a_drift_against_the_effects_it_could_move(tmp_path):
+    from xsa.reproduce import effects_moved, verdict
+    atomic_write_json(tmp_path / "robust.json", {"estimates": [
+        dict(key="primary", value=-0.006, n=20, unit="relative", runs=["r_s100", "q_s100"]),
+        dict(key="t256", value=-0.003, n=6, unit="relative", runs=["r_s100"]),
+        dict(key="other", value=-0.5, n=6, unit="relative", runs=["x_s1"])]})
+    moved = effects_moved("r_s100", 0.0006, tmp_path)  # a drift of 0.06% of the run's val bpb
+    assert [m["key"] for m in moved] == ["robust.t256", "robust.primary"]  # the most moved first
+    assert moved[0]["moved"] == pytest.approx(0.0001) and moved[0]["share"] == pytest.approx(1 / 30)
+    base = dict(weights_match=False, val_bpb_match=False, machine_differs=["CPU a here b"],
+                recorded={"cpu_model": "AMD EPYC", "val_bpb": 2.0})
     assert verdict({**base, "val_bpb_abs_diff": 0.0, "weights_match": True, "val_bpb_match": True,
                     "machine_match": True})[1] == 0
-    text, code = verdict({**base, "val_bpb_abs_diff": 0.002, "machine_match": False})
-    assert code == 0 and "0.20 seed-to-seed SDs" in text and "within the seed-to-seed spread" in text
-    assert verdict({**base, "val_bpb_abs_diff": 0.02, "machine_match": False})[1] == 1
-    assert verdict({**base, "val_bpb_abs_diff": 0.002, "machine_match": True})[1] == 1  # same machine: must be exact
+    text, code = verdict({**base, "val_bpb_abs_diff": 0.0012, "machine_match": False, "effects": moved})
+    assert code == 0 and "robust.t256" in text and "3.3% of that effect" in text
+    # a drift of 1% of val bpb over 6 seeds moves T = 256's -0.3% by 0.17 points: more than a tenth of it
+    big = effects_moved("r_s100", 0.01, tmp_path)
+    assert verdict({**base, "val_bpb_abs_diff": 0.02, "machine_match": False, "effects": big})[1] == 1
+    assert verdict({**base, "val_bpb_abs_diff": 0.0002, "machine_match": True, "effects": moved})[1] == 1  # must be exact
 
 
 def test_cpu_identity_tells_machines_apart():
@@ -365,13 +363,13 @@ def test_cpu_identity_tells_machines_apart():
 
 def test_machine_warning_when_the_arms_of_a_seed_differ(results, study):
     built = report.build(study, results)
-    assert report.sections.machine_warnings(study, built) == []
+    assert machine_warnings(study, built["runs"]) == []
     run = next(r for r in study.runs if xsa_on(r))
     atomic_write_json(results / "runs" / run.run_id / "provenance.json",
                       {"config_hash": run.config().config_hash(), "git_commit": "abc", "seed": run.seed,
                        "cpu_identity": {"vendor": "GenuineIntel", "family": "6", "model": "143", "stepping": "8",
                                         "torch_capability": "AVX512"}})
-    warnings = report.sections.machine_warnings(study, report.build(study, results))
+    warnings = machine_warnings(study, report.build(study, results)["runs"])
     assert len(warnings) == 1 and f"seed {run.seed}" in warnings[0] and "GenuineIntel" in warnings[0]
 
 

@@ -39,6 +39,10 @@ def whole(results, run, bpb, date="2026-12-02T01:00:00+00:00"):
 
 @pytest.fixture
 def results(tmp_path):
+    return robust_records(tmp_path)
+
+
+def robust_records(tmp_path):
     """Grids whose bowls put the baseline at 0.04 and XSA at 0.08; 12 primary pairs at -0.2/-0.3/-0.4%;
     6 pairs at T = 256 at -1%."""
     for arm, best in zip(D4, (0.045, 0.09)):
@@ -65,8 +69,16 @@ def the_study(results):
                  claims=get_study("default").claims)  # the seed paper's -0.32% beside cpu-w64-d4
 
 
+def rob(results, interim: bool = True):
+    """The robustness table of the_study beside the robust study's records under `results` (interim:
+    the robust study declares runs these records do not have)."""
+    from xsa.report.declared import study_estimates
+    study = the_study(results)
+    return robustness(study, [], results, study_estimates(study, [], [], {}), interim=interim)
+
+
 def test_rows_estimate_on_their_own_seeds_and_holm_adjusts_the_family(results):
-    out = robustness(the_study(results), [], results, interim=True)
+    out = rob(results)
     rows = {r["condition"]: r for r in out["rows"]}
     primary = next(r for r in out["rows"] if r["family"] == "primary")
     # the primary arms share seeds 0-2 with the grid; only seeds 100-111 enter the estimate
@@ -97,12 +109,12 @@ def test_a_run_still_training_is_not_a_record_but_a_damaged_one_stops_the_table(
     d = results / "runs" / last.run(100).run_id  # training: config and a first metrics line only
     atomic_write_json(d / "config.json", last.run(100).config().to_dict())
     append_jsonl(d / "metrics.jsonl", {"step": 0, "val_bpb": 3.0})
-    assert robustness(the_study(results), [], results, interim=True)["rows"]  # counted as not trained yet
+    assert rob(results)["rows"]  # counted as not trained yet
     t256 = robust.comparison("cpu-w64-d4 tuned T=256").b.run(103)
     summary = results / "runs" / t256.run_id / "summary.json"
     atomic_write_json(summary, dict(complete=True, val_bpb=float("nan"), steps=1, num_iterations=1))
     with pytest.raises(RecordError, match=t256.run_id):
-        robustness(the_study(results), [], results, interim=True)
+        rob(results)
 
 
 def test_a_declared_run_without_a_record_stops_the_table_unless_interim(results):
@@ -111,9 +123,8 @@ def test_a_declared_run_without_a_record_stops_the_table_unless_interim(results)
     robust = get_study("robust", results)
     missing = robust.comparison("last half vs baseline").b.run(100).run_id
     with pytest.raises(RecordError, match=f"{missing}: no summary.json"):
-        robustness(the_study(results), [], results)
-    rows = robustness(the_study(results), [], results, interim=True)["rows"]
-    assert any(r["status"].startswith("interim") for r in rows)
+        rob(results, interim=False)
+    assert any(r["status"].startswith("interim") for r in rob(results)["rows"])
 
 
 def test_the_default_study_reports_the_robust_study():
@@ -130,8 +141,7 @@ def test_the_adamw_group_check_says_whether_the_optimum_moved(results):
         for arm in arms[scale]:
             for s in GROUP_SEEDS:
                 whole(results, arm.run(s), 2.0 + 0.1 * math.log2(arm.get("matrix_lr") / best) ** 2)
-    checks = {(g["grid"], g["scale"]): g for g in robustness(the_study(results), [], results,
-                                                                      interim=True)["group_check"]}
+    checks = {(g["grid"], g["scale"]): g for g in rob(results)["group_check"]}
     assert checks[("lr_grid_base", 0.5)]["best"] == 0.02 and checks[("lr_grid_base", 0.5)]["moved"]
     assert checks[("lr_grid_base", 2.0)]["best"] == 0.04 and checks[("lr_grid_base", 2.0)]["moved"] is False
     assert checks[("lr_grid_xsa", 0.5)]["best"] is None  # not trained: no verdict
@@ -155,11 +165,13 @@ def test_an_archived_study_is_restored_byte_for_byte_and_read_as_rows(tmp_path):
     victim.write_text("{}")
     with pytest.raises(SystemExit, match=victim.name):
         restore(EARLIER.commit, tmp_path)  # a different file is never overwritten
-    rows = archived_rows(committed, EARLIER.commit, EARLIER.pairs, -0.0032)
+    from xsa.report.declared import archive_estimates
+    est = archive_estimates(Study(name="t", scale="", runs=(), main=(), archived=(EARLIER,)), REPO_ROOT / "results")
+    rows = archived_rows(committed, EARLIER, est, -0.0032)
     assert [r["heads"] for r in rows] == [4, 6, 4] and all(r["n"] == 3 for r in rows)
     assert all(r["rel"] > 0 and not r["excludes_zero"] for r in rows)  # worse on average, no interval decides
     assert rows[2]["matrix_lr"].endswith("(AdamW)")
-    missing = archived_rows(tmp_path / "nowhere", EARLIER.commit, EARLIER.pairs, -0.0032)
+    missing = archived_rows(tmp_path / "nowhere", EARLIER, {}, -0.0032)
     assert missing[0]["status"] == "not restored" and "xsa.archive" in missing[0]["condition"]
 
 
@@ -228,31 +240,6 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
     if name == "scale" and not dates:
         pytest.skip("no record of the scale study's own runs yet")
     assert dates and min(dates)[:16].replace("T", " ") > date  # committed before every run's record
-
-
-def test_the_answer_sentence_sorts_the_conditions_by_their_verdicts(results):
-    from xsa.report import robustness_figure_rows
-    from xsa.report.sections import robust_sentence
-    built = dict(robust=robustness(the_study(results), [], results, interim=True))
-    said = robust_sentence(built, lead="Here, with")
-    # the primary by its interval; T = 256 (-1%, Holm p far below 5%) among the conditions XSA lowers
-    assert said.startswith(" Here, with each arm at its own tuned matrix learning rate (0.04 / 0.08 at cpu-w64-d4")
-    assert "lowers final val bpb with one head (the pre-registered primary endpoint, -0.30%" in said
-    assert " and at T = 256 (-0.99%" in said and "does not measurably change" not in said
-    assert "Not yet measured (fewer than two pairs): XSA's effect with two heads of 64 at width 128, at T = 1024 and " \
-           "on the last two layers only." in said
-    # T = 256 drawn (a condition), no dependence row; no diagnostics yet: no diagonal estimate
-    assert [r["label"] for r in robustness_figure_rows(built["robust"]["rows"])] == [
-        "tuned LRs (primary) (n = 12)", "tuned, T = 256 (n = 6)"]
-    assert all(d["n"] == 0 for d in built["robust"]["diagonal"])
-    # a T = 256 effect lost in its noise is said to be unclear, after the primary's verdict
-    t256 = get_study("robust", results).comparison("cpu-w64-d4 tuned T=256")
-    for s in range(100, 106):
-        (results / "runs" / t256.b.run(s).run_id / "metrics.jsonl").unlink()  # retrained, from scratch
-        whole(results, t256.b.run(s), 2.1 * (1 + 0.01 * (-1) ** s))
-    said = robust_sentence(dict(robust=robustness(the_study(results), [], results, interim=True)))
-    assert "excludes the seed paper's effect" not in said and "includes the seed paper's effect)" in said
-    assert "; and it does not measurably change it (after Holm's correction) at T = 256 (+0.00% [" in said
 
 
 def test_the_logged_diagonal_is_the_last_evaluation_that_recorded_one():

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from xsa.records import REPO_ROOT
-from xsa.report.scale import fig_scale, scale_estimates
+from xsa.report.scale import fig_scale, scale_book, scale_estimates, scale_table
 from xsa.studies import get_study
 
 from test_scale_study import record
@@ -35,8 +35,10 @@ def bpb(run):
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
     runs = REPO_ROOT / "results" / "runs"
-    shutil.copytree(runs, out / "runs", ignore=lambda d, names: [n for n in names if d == str(runs)
-                                                                 and not n.startswith("cpu-w")])
+    # the robust study's committed records (CPU presets, seeds below 200), never the scale study's own
+    # (its seeds start at 200): every scale record here is made up
+    shutil.copytree(runs, out / "runs", ignore=lambda d, names: [n for n in names if d == str(runs) and not (
+        n.startswith("cpu-w") and int(n.rsplit("_s", 1)[1]) < 200)])
     for _ in range(4):  # the brackets select, then their pairs are declared
         for run in get_study("scale", out).runs:
             if not (out / "runs" / run.run_id / "summary.json").exists():
@@ -60,3 +62,30 @@ def test_the_fit_recovers_the_made_up_slopes_and_the_family_is_holm_adjusted(res
     assert est["T=512"]["n"] == 6 and est["T=256"]["seq_len"] == 256
     png = fig_scale(est, tmp_path, -0.0032)
     assert png.exists() and (tmp_path / "scale.svg").exists()
+
+
+def test_the_estimates_file_binds_each_level_to_its_runs_and_counts_only_the_studys_own(results):
+    est = scale_estimates(results)
+    book = scale_book(results, est)
+    x4 = book["length_x4"]
+    assert (x4.value, x4.n, x4.declared) == (est["length x4"]["value"], 8, 8) and len(x4.runs) == 16
+    assert all(r.endswith(tuple(f"_s{s}" for s in range(210, 218))) for r in x4.runs)  # never a selection seed
+    assert book["prediction_d12"].value == est["prediction d12"]["value"] and book["slope_heads"].lo is not None
+    own = {r.run_id for r in get_study("scale", results).runs} - {r.run_id for r in get_study("robust", results).runs}
+    assert book["runs_declared"].value == len(own) and book["runs_done"].value == len(own)  # every made-up run is done
+    assert book["length_x1"].n == 20 and book["length_x1"].runs  # the robust primary, reused, bound to its runs
+    rows = {r["level"]: r for r in scale_table(book, results)}
+    assert rows["length x4"]["status"] == "complete"
+    assert rows["length x1"]["first_record"].startswith("2026-")  # read from the robust records' provenance
+
+
+def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
+    runs = REPO_ROOT / "results" / "runs"
+    shutil.copytree(runs, tmp_path / "runs", ignore=lambda d, names: [n for n in names if d == str(runs) and not (
+        n.startswith("cpu-w") and int(n.rsplit("_s", 1)[1]) < 200)])
+    book = scale_book(tmp_path)
+    assert book["length_x4"].value is None and "not run" in book["length_x4"].reason
+    assert book["runs_done"].value == 0 and book["levels_with_pairs"].value == 0  # x1 and 2 heads are the robust study's
+    assert "prediction_d12" not in book
+    rows = {r["level"]: r for r in scale_table(book, tmp_path)}
+    assert rows["length x4"]["status"].startswith("not run") and rows["length x1"]["status"] == "complete"

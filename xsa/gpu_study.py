@@ -3,12 +3,14 @@ Train a study's runs on one GPU node, one run at a time over every GPU with torc
 `make gpu-study` runs between the data and the evaluations).
 
     python -m xsa.gpu_study --study gpu [--nproc 8] [--device-batch-size B] [--print]
+    python -m xsa.gpu_study --study d12-test      # the scale study's d12 prediction, tested (adaptive)
 
 Each run trains into its own folder, results/runs/<run id>, under the study's run id and config,
 so the pipeline's train stage then finds it done and skips it; a run stopped part-way resumes
 from its checkpoint (`--resume`), a finished one is left alone. The runs are trained in the
 study's order; a failing run stops the loop (rerun to resume). `--print` prints the commands
-instead of running them.
+instead of running them. An adaptive study (d12-test: pairs under a precision rule) is passed
+over until its rules declare no run that is not trained.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from xsa.layout import default_layout
 from xsa.runlog import finished_summary
 from xsa.spec import format_value
-from xsa.studies import STUDIES, get_study
+from xsa.studies import ADAPTIVE, STUDIES, get_study
 
 def train_args(run) -> list[str]:
     """`python -m xsa.train` arguments that train `run`: every override as --set (Run.command)."""
@@ -65,15 +67,20 @@ def main(argv=None) -> int:
         p.error("--nproc: no GPU visible (pass --nproc N, or run on the GPU node)")
     if args.device_batch_size is not None and args.device_batch_size < 1:
         p.error(f"--device-batch-size must be a positive integer, got {args.device_batch_size}")
-    try:
-        todo = commands(get_study(args.study), nproc, args.device_batch_size)
-    except ValueError as e:
-        p.error(str(e))
-    for cmd in todo:
-        print(shlex.join(cmd), flush=True)
-        if not args.print and subprocess.run(cmd).returncode != 0:
-            print(f"{p.prog}: stopped: the run above failed (rerun to resume it)", file=sys.stderr)
-            return 1
+    # an adaptive study (d12-test) declares more runs as its records land: pass over it until it
+    # declares none that are not trained; --print shows the first pass only
+    while True:
+        try:
+            todo = commands(get_study(args.study), nproc, args.device_batch_size)
+        except ValueError as e:
+            p.error(str(e))
+        for cmd in todo:
+            print(shlex.join(cmd), flush=True)
+            if not args.print and subprocess.run(cmd).returncode != 0:
+                print(f"{p.prog}: stopped: the run above failed (rerun to resume it)", file=sys.stderr)
+                return 1
+        if not todo or args.print or args.study not in ADAPTIVE:
+            break
     if not todo:
         print(f"{args.study}: every run is trained", flush=True)
     return 0

@@ -27,6 +27,7 @@ from html import unescape
 from pathlib import Path
 
 from xsa.records import REPO_ROOT, atomic_write_bytes, atomic_write_text
+from xsa.studies import get_study
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # $$...$$ (display) first, then $...$ (inline, no space just inside the dollars, as TeX writers do)
@@ -71,13 +72,16 @@ def stable_notebook(nb, root: Path = REPO_ROOT) -> str:
     return text.replace(prefix + "/", "").replace(prefix, ".")
 
 
-def source_date(results_dir: Path | None) -> datetime.datetime:
-    """The paper's date: $SOURCE_DATE_EPOCH, else the newest run record's provenance date, else a
-    fixed date (never the time of the build)."""
+def source_date(results_dir: Path | None, run_ids=None) -> datetime.datetime:
+    """The paper's date: $SOURCE_DATE_EPOCH, else the newest provenance date of the runs the paper
+    reads (run_ids; every run folder where None), else a fixed date (never the time of the build).
+    Runs of other studies (an ignored smoke run, say) never move it."""
     if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
         return datetime.datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]), datetime.timezone.utc)
     dates = []
-    for prov in sorted(Path(results_dir).glob("runs/*/provenance.json")) if results_dir else []:
+    folders = ([Path(results_dir) / "runs" / r for r in run_ids] if run_ids is not None
+               else sorted(Path(results_dir).glob("runs/*"))) if results_dir else []
+    for prov in (f / "provenance.json" for f in folders):
         try:
             dates.append(datetime.datetime.fromisoformat(json.loads(prov.read_text())["date"]))
         except (KeyError, ValueError, OSError):
@@ -116,6 +120,23 @@ def _results_dir(nb) -> Path | None:
     return (REPO_ROOT / value).resolve() if value else REPO_ROOT / "results"
 
 
+def paper_title(nb) -> str:
+    """The paper's title: the first level-1 heading the executed notebook shows."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/markdown", "")
+            m = re.search(r"^# (.+)$", text if isinstance(text, str) else "".join(text), re.M)
+            if m:
+                return m.group(1).strip()
+    return "XSA under Muon"
+
+
+def paper_runs(study) -> list[str]:
+    """The run ids a study's paper reads: its own, and those of the study its robustness table carries."""
+    ids = [r.run_id for r in study.runs]
+    return ids + ([r.run_id for r in get_study(study.robustness).runs] if study.robustness else [])
+
+
 def pdf_engine() -> str | None:
     if shutil.which("chromium"):
         return "chromium"
@@ -124,17 +145,19 @@ def pdf_engine() -> str | None:
     return None
 
 
-def export_paper(executed: Path, paper_dir: Path) -> dict:
+def export_paper(executed: Path, paper_dir: Path, run_ids=None) -> dict:
     """paper.html (self-contained: figures embedded, math as MathML), paper.md (figures in
-    paper_files/, math as TeX), and paper.pdf where an engine exists."""
+    paper_files/, math as TeX), and paper.pdf where an engine exists; where none does, an older
+    paper.pdf is removed (it would not be this paper). run_ids: the runs the paper reads (its date)."""
     import nbformat  # lazy: start-up time
     from nbconvert import HTMLExporter, MarkdownExporter  # lazy: start-up time
 
     nb = nbformat.read(str(executed), as_version=4)
     paper_dir.mkdir(parents=True, exist_ok=True)
     opts = dict(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    meta = {"metadata": {"name": paper_title(nb)}}  # the HTML's <title>, which the PDF keeps as its title
     html, _ = HTMLExporter(embed_images=True, template_name="paper", extra_template_basedirs=[str(TEMPLATES)],
-                           **opts).from_notebook_node(nb)
+                           **opts).from_notebook_node(nb, resources=meta)
     atomic_write_text(paper_dir / "paper.html", html_with_mathml(html))
     md, res = MarkdownExporter(**opts).from_notebook_node(nb, resources={"output_files_dir": "paper_files"})
     atomic_write_text(paper_dir / "paper.md", md)
@@ -153,11 +176,13 @@ def export_paper(executed: Path, paper_dir: Path) -> dict:
                f"--print-to-pdf={pdf}", (paper_dir / "paper.html").resolve().as_uri()]
         ok = subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0 and pdf.exists()
         if ok:
-            atomic_write_bytes(pdf, date_pdf(renumber_nodes(pdf.read_bytes()), source_date(_results_dir(nb))))
+            atomic_write_bytes(pdf, date_pdf(renumber_nodes(pdf.read_bytes()), source_date(_results_dir(nb), run_ids)))
         out.update(pdf=pdf if ok else None, pdf_engine="chromium (headless print)" if ok else None)
     elif engine == "xelatex":
         from nbconvert import PDFExporter  # lazy: start-up time
         data, _ = PDFExporter(**opts).from_notebook_node(nb)
         atomic_write_bytes(paper_dir / "paper.pdf", data)
         out.update(pdf=paper_dir / "paper.pdf", pdf_engine="pandoc + xelatex")
+    if out["pdf"] is None:
+        (paper_dir / "paper.pdf").unlink(missing_ok=True)  # never a PDF older than the HTML beside it
     return out

@@ -44,7 +44,7 @@ from xsa.data.climbmix import tokens_read
 from xsa.jobs import (STAGES, Context, Job, StageError, config_changes, is_done, jobs_for, prepare_train, recorded_config,
                       train_config, trained)
 from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
-from xsa.paper import export_paper, stable_notebook
+from xsa.paper import export_paper, paper_runs, stable_notebook
 from xsa.paper_checks import check_paper_stage
 from xsa.records import REPO_ROOT, atomic_write_text, read_json
 from xsa.report.integrity import known_runs  # leave_out may name the robustness study's runs
@@ -224,12 +224,13 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
             paper_nb = record
     if paper_nb is None:
         return {}
-    out = export_paper(paper_nb, ctx.layout.paper)
+    out = export_paper(paper_nb, ctx.layout.paper, paper_runs(ctx.study))
     print(f"paper: {out['html']}\n       {out['md']}")
     if out["pdf"]:
         print(f"       {out['pdf']} (PDF engine: {out['pdf_engine']})")
     else:
-        print("       no PDF: no engine found (apt-get install chromium, or pandoc and texlive-xetex)")
+        print(f"paper: no PDF: no PDF engine on this machine, so {ctx.layout.paper / 'paper.pdf'} was not written "
+              "(make browser installs Debian's chromium; or install pandoc and texlive-xetex), then make report")
     return out
 
 

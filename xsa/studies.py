@@ -90,7 +90,7 @@ def _default() -> Study:
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; 64-wide models, not the seed paper's d12/d24)",
         runs=unique_runs(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
-        half_width_target=0.002, robustness="robust", archived=(EARLIER,),
+        half_width_target=0.002, robustness="robust", prediction="scale", archived=(EARLIER,),
         comparisons=(Contrast("depth", d4, d8), Contrast("optimizer", d4, adamw), Contrast("smear_backout", d4, plain),
                      sweep, *lr),
         claims=(

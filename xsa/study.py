@@ -145,6 +145,7 @@ class Study:
     # (tests/test_robustness.py checks it against the git history where the checkout has it)
     preregistered: tuple[str, str] = ()
     pending: tuple[str, ...] = ()  # an adaptive study's comparisons its rules have not declared yet
+    prediction: str = ""  # an adaptive study whose records make this paper's scale section (its model and prediction)
 
     def __post_init__(self):
         # every paper has a primary comparison: a study that names none reports its first main pair

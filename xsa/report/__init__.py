@@ -1,7 +1,9 @@
 """
-Tables and figures of the paper, built from run records only (no model, no training).
+The paper from run records only (no model, no training): the estimates, the tables, the figures and
+the text.
 
-    built = report.build(study, "results")      # writes results/tables and results/figures
+    built = report.build(study, "results")      # results/estimates/<study>.json, results/tables, results/figures
+    report.show_paper(study, built, "results")  # in 05_paper.ipynb: the text of paper/text/<study>.md.j2
 
 Reads results/runs/<run_id>/{config,summary,eval,diagnostics,provenance}.json + metrics.jsonl and
 results/throughput/<preset>.json; iterates the study's comparisons and claims (xsa/studies.py), so
@@ -9,11 +11,15 @@ the design of the study lives in one place. Everything is deterministic: the sam
 same bytes.
 
 - integrity: the study's record set checked whole before anything is written (validate)
-- records: reading run folders back, per-seed values of an arm
-- stats:   t-intervals, paired differences, contrasts (pure functions)
-- tables:  the table builders and the one table writer
-- figures: the figure builders and the one figure saver
-- claims:  the seed paper's claims, judged
+- records:   reading run folders back, per-seed values of an arm
+- metrics:   every metric defined once (label, header, unit, relative or absolute, where recorded)
+- estimates: an estimate (value, interval, n, p, Holm p, definition, run ids) and its files
+- declared:  each study's declared estimates, computed once
+- tables:    the table builders and the one table writer
+- figures:   the figure builders and the one figure saver
+- robust, archive, rows: the robustness table's rows, from the estimates
+- claims:    the seed paper's claims, judged by the confirmatory estimates
+- writing:   the text's template rendered: numbers by key, verdicts checked, figures and tables numbered
 """
 
 from __future__ import annotations
@@ -21,25 +27,31 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.report.claims import claims_table
-from xsa.report import text  # noqa: E402 (the paper's sentences)
-from xsa.report import sections  # noqa: E402,F401 (the paper's sections)
+from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
+from xsa.report.estimates import Book, read_estimates, write_estimates
+from xsa.report.metrics import METRICS
+from xsa.report.robust import robustness, secondary_kind
+from xsa.report.scale import scale_section
+from xsa.stats import Interval
+from xsa.studies import Contrast, Paired, Sweep, Versus, get_study
+from xsa.report.notes import left_out_note, machine_warnings
+from xsa.report.writing import pct, render, template_for
 from xsa.report.integrity import RecordError, check_records, validate
 from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
                                 fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
-from xsa.report.records import by_arm, complete, curve, finished, load_run, load_runs, load_throughput, metric
+from xsa.report.records import complete, curve, load_run, load_runs, load_throughput, metric
 from xsa.report.tables import (DIAG_EFFECT_KEYS, DIAG_KEYS, SWEEP_LABELS, arms_table, common_seeds, compute_table,
                                contrast_effect, core_tasks_table, diagnostics_effects_table, diagnostics_table, effect,
-                               effects_table, fmt, gpu_table, main_table, power_table, runs_table, setup_table, task_effects_table,
-                               throughput_table, to_markdown, write_table)
+                               effects_table, fmt, gpu_table, main_table, power_table, setup_table, task_effects_table,
+                               throughput_table, to_markdown, write_table, every_run_table)
 
-__all__ = ["build", "validate", "check_records", "RecordError", "summary_text", "show_table", "show_figure", "load_run", "load_runs", "metric",
+__all__ = ["build", "validate", "check_records", "RecordError", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
 
 
 def comparison_tables(study, runs) -> dict:
     """One table per Versus/Sweep of study.comparisons, under its name (a sweep on the seeds all its
     arms have); the contrasts go to the effects table."""
-    from xsa.studies import Contrast, Paired, Sweep, Versus
     tables = {}
     for c in study.comparisons:
         if isinstance(c, Sweep):
@@ -71,16 +83,12 @@ def gap_curves(runs, pairs) -> dict:
     return out
 
 
-# the seeds the primary comparison was planned with; seeds from 8 on were added by the precision
-# rule (xsa/studies.py), which was committed after an interim look at the first seeds: post hoc
-PLANNED_SEEDS = frozenset(range(8))
 
 
 def forest_rows(study, runs) -> list[dict]:
     """Every comparison's val-bpb effect, relative to its reference arm, with its 95% CI; the
     primary comparison on its planned seeds first, then on all its seeds. The learning-rate sweeps
     have their own figure (fig_lr)."""
-    from xsa.studies import Contrast, Paired, Sweep, Versus
     rows = []
 
     def add(label, e, primary=False):
@@ -114,7 +122,6 @@ def forest_rows(study, runs) -> list[dict]:
 def lr_points(study, runs) -> dict:
     """The learning-rate check drawn: {preset: {"baseline"/"XSA": [(lr, val bpb relative to the
     baseline at the recipe's LR, CI, n)]}}, on the seeds every arm of the preset's check shares."""
-    from xsa.studies import Sweep
     sweeps = [c for c in study.comparisons if isinstance(c, Sweep) and c.field == "matrix_lr"]
     out = {}
     for preset in dict.fromkeys(c.base.preset for c in sweeps):
@@ -145,14 +152,12 @@ def sweep_ylabel(c) -> str:
 
 
 def _scaled(ci, k):
-    from xsa.stats import Interval
     return Interval(ci.lo * k, ci.hi * k) if ci.defined else ci
 
 
 def robustness_figure_rows(rows) -> list[dict]:
     """The robustness table's rows that are XSA against a baseline under one condition (not the
     differences of effects: contrasts, slope, layer choice), in percent, for fig_forest."""
-    from xsa.report.robust import secondary_kind
     keep = [r for r in rows if r.get("rel") is not None
             and (r["family"] != "secondary" or (secondary_kind(r) or ("", ""))[1] == "condition")]
     return [dict(label=f"{r['condition']} (n = {r['n']})", n=r["n"], mean=100 * r["rel"],
@@ -164,7 +169,6 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     (default: results_dir); return the tables (rows) and figure paths. The runs in leave_out (run
     ids) are left out of every table and named in the paper; the paper stage calls validate() first.
     `interim`: the robustness study may still be training (its open rows say interim)."""
-    from xsa.studies import Contrast, Paired, Sweep
     results_dir = Path(results_dir)
     leave_out = sorted(set(leave_out or ()))
     every = load_runs(results_dir, [r.run_id for r in study.runs if r.run_id not in leave_out])
@@ -181,7 +185,6 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     tables = {
         "setup": setup_table(study),
         "main": main_table(runs, study.main),
-        "claims": claims_table(study, runs, tp),
         "effects": effects_table(runs, pairs, contrasts, scored=study.scores),
         "power": power_table(runs, study.main, study.pilot_seeds, study.claims,
                              study.half_width_target) if study.pilot_seeds else [],
@@ -192,19 +195,39 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
         "diagnostics": diagnostics_table(runs, main_arms),
         "diagnostics_effects": diagnostics_effects_table(runs, study.main, DIAG_EFFECT_KEYS),
         "throughput": throughput_table(tp),
-        "runs": runs_table(every),
+        "runs": every_run_table([(study.name, every)]),
         "compute": compute_table(every),
         "gpu": gpu_table(results_dir) if study.name != "gpu" else [],
     }
+    estimates = {study.name: robust_estimates(study, runs, [r for r in every if r["spec"].seed < study.estimate_from])
+                 if study.secondary else study_estimates(study, runs, every, tp)}  # a study with a Holm family
     robust, tables["robustness"], tables["lr_selection"] = None, [], []
     if study.robustness:  # XSA's effect under every condition run, the robust study's records beside ours
-        from xsa.report.robust import robustness
-        robust = robustness(study, runs, results_dir, leave_out, interim)
+        robust = robustness(study, runs, results_dir, estimates[study.name], leave_out, interim)
         tables["robustness"], tables["lr_selection"] = robust["rows"], robust["selection"]
+        estimates[study.robustness], estimates["archive"] = robust["estimates"], robust["archive_estimates"]
+        tables["setup"] = setup_table(study, robust["study"])
+        tables["runs"] = every_run_table([(study.name, every), (robust["study"].name, robust["runs"]),
+                                          *robust["archived_runs"]])
+    tables["scale"], figures_scale = [], None
+    if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
+        estimates[study.prediction], tables["scale"], figures_scale = scale_section(study, results_dir, figures_dir)
+    for name, est in estimates.items():
+        write_estimates(est, results_dir / "estimates", name)
+    tables["claims"] = claims_table(study, estimates)
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
+    figures = draw_figures(study, runs, every, tables, figures_dir, main_arms, bool(robust), {"scale": figures_scale})
+    return dict(runs=runs, every=every, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
+                left_out=leave_out, robust=robust, estimates=estimates)
+
+
+def draw_figures(study, runs, every, tables, figures_dir, main_arms, robust: bool, drawn: dict) -> dict:
+    """Every figure of the paper from its tables and records (`drawn`: those drawn already); a figure
+    with no records now has what an older build drew removed, and maps to None."""
     main_runs = [r for r in runs if r["arm"] in main_arms]
     figures = {
+        **drawn,
         "gap": fig_gap(gap_curves(runs, study.main), figures_dir, "gap"),  # the key figure
         "forest": fig_forest(forest_rows(study, runs), figures_dir, "forest",
                              "val bpb change relative to the reference arm (%), 95% CI over paired seeds"),
@@ -231,56 +254,34 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
         if path is None:
             for ext in ("png", "svg"):
                 (figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
-    return dict(runs=runs, every=every, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
-                left_out=leave_out, robust=robust)
+    return figures
 
 
 def _pct_or_none(x):
     return None if x is None else 100 * x
 
 
-def summary_text(study, built: dict) -> str:
-    """The paper's statements of fact, each derived from the records (Markdown)."""
-    runs = built["runs"]
-    lines = [f"**Scale.** Every number of ours below is at {study.scale}. The seed paper's numbers are at "
-             f"GPU scale (d12 and d24 on ClimbMix) and are labelled *theirs*; the two are not comparable "
-             f"in absolute terms, only in the direction and relative size of the effect.",
-             "",
-             f"**Records.** {len(runs)} of the study's {len(study.runs)} runs have records "
-             f"({finished(runs)} trained to their horizon, {sum(1 for r in runs if r['eval'])} evaluated, "
-             f"{sum(1 for r in runs if r['diagnostics'])} with diagnostics){_left_out(built)}. Intervals are 95% Student-t "
-             f"intervals over seeds; differences are paired by seed (both arms of a seed see the same data).",
-             "", "**The seed paper's claims, judged from our records:**", ""]
-    for c in built["tables"]["claims"]:
-        lines.append(f"- {c['claim']} (theirs: {c['theirs']}). {c['statement']}: **{c['verdict']}**.")
-    return "\n".join(lines) + "\n"
-
-
-def _left_out(built: dict) -> str:
-    left = built.get("left_out") or []
-    return f"; left out by choice, so in no number below: {', '.join(left)}" if left else ""
-
-
 # The columns each table shows in the paper (the CSV and Markdown files keep every column), and
 # which hold fractions shown as percentages.
 DISPLAY = {
-    "setup": ["preset", "layers", "width", "heads", "steps", "tokens", "non_embedding_params", "tokens_per_param",
-              "tokens_per_scaling_param", "matrix_lr", "runs"],
+    "setup": ["preset", "layers", "width", "heads", "contexts", "steps", "tokens", "params", "tokens_per_scaling_param",
+              "matrix_lrs", "xsa_layers", "runs", "studies"],
     "main": ["scale", "arm", "n", "val_bpb", "val_bpb_ci95", "val_bpb_rel", "core", "core_bpb", "core_bpb_rel"],
     "power": ["comparison", "pilot_n", "pilot_rel_sd", "seed_paper_effect_rel", "seeds_for_80pct_power", "n",
               "rel_sd", "rel_ci_half_width_first8", "rel_ci_half_width", "seeds_for_target"],
-    "claims": ["claim", "theirs", "estimate", "n", "verdict"],
+    "claims": ["claim", "theirs", "estimate", "n", "key", "verdict"],
     "effects": ["comparison", "metric", "n", "d", "d_ci95", "rel", "rel_ci95"],
     "diagnostics_effects": ["comparison", "metric", "layer", "n", "baseline", "xsa", "d", "d_ci95", "direction"],
     "diagnostics": ["arm", "layer", "n", "cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v"],
     "throughput": ["preset", "baseline_tok_per_s", "xsa_tok_per_s", "overhead", "overhead_ci95", "clock", "threads"],
     "task_effects": ["comparison", "task", "n", "rel", "rel_ci95"],
-    "runs": ["run", "steps", "val_bpb", "core_bpb", "wall_min", "cpu_min", "config_hash", "git_commit"],
+    "runs": ["study", "run", "steps", "val_bpb", "cpu_s", "eval_cpu_s", "wall_s"],
     "compute": ["preset", "stage", "runs", "cpu_min_per_run", "wall_min_per_run", "cpu_hours", "wall_hours"],
     "gpu": ["scale", "arm", "recipe", "n", "val_bpb", "core"],
-    "robustness": ["condition", "preset", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95", "excludes_zero",
+    "robustness": ["condition", "preset", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95",
                    "excludes_seed_paper", "p_holm", "status"],
     "lr_selection": ["grid", "preset", "matrix_lr", "n", "val_bpb", "selected"],
+    "scale": ["level", "n", "declared", "rel", "rel_ci95", "p_holm", "status", "first_record"],
 }
 PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel",
            "rel_sd", "rel_ci_half_width", "rel_ci_half_width_first8", "overhead", "overhead_ci95"}
@@ -291,8 +292,8 @@ HEADERS = {
     "preset": "preset", "layers": "layers", "width": "width", "heads": "heads", "seq_len": "context",
     "vocab": "vocab", "steps": "steps", "tokens": "tokens", "non_embedding_params": "params (non-emb.)",
     "tokens_per_param": "tokens/param", "tokens_per_scaling_param": "tokens/param (nanochat)", "matrix_lr": "matrix LR", "runs": "runs", "source": "source",
-    "scale": "scale", "arm": "arm", "n": "n", "val_bpb": "val bpb", "val_bpb_ci95": "95% CI",
-    "val_bpb_rel": "vs baseline", "core": "CORE", "core_bpb": "CORE bpb", "core_bpb_rel": "vs baseline",
+    "scale": "scale", "arm": "arm", "n": "n", "val_bpb_ci95": "95% CI",
+    "val_bpb_rel": "vs baseline", "core_bpb_rel": "vs baseline",
     "comparison": "comparison", "pilot_n": "pilot n", "pilot_rel_sd": "pilot SD",
     "seed_paper_effect_rel": "seed paper's effect", "seeds_for_80pct_power": "n for 80% power",
     "rel_sd": "SD, all seeds", "rel_ci_half_width_first8": "half-width at n = 8",
@@ -300,15 +301,18 @@ HEADERS = {
     "theirs": "theirs", "estimate": "ours: estimate [95% CI]", "verdict": "verdict", "metric": "metric",
     "d": "difference", "d_ci95": "95% CI", "rel": "relative", "rel_ci95": "95% CI", "layer": "layer",
     "baseline": "baseline", "xsa": "XSA", "direction": "interval", "cos_y_v": "cos(y,v)", "cos_z_v": "cos(z,v)",
-    "diag_mass": "a_ii", "first_mass": "a_i0", "entropy": "entropy", "cos_v_v": "cos(v_i,v_j)",
+    "first_mass": "a_i0", "entropy": "entropy", "cos_v_v": "cos(v_i,v_j)",
     "baseline_tok_per_s": "baseline tok/s", "xsa_tok_per_s": "XSA tok/s", "overhead": "overhead",
     "overhead_ci95": "95% CI", "clock": "clock", "threads": "threads", "task": "task", "run": "run",
     "wall_min": "wall min", "cpu_min": "CPU min", "config_hash": "config", "git_commit": "commit",
     "stage": "stage", "cpu_min_per_run": "CPU min/run", "wall_min_per_run": "wall min/run",
     "cpu_hours": "CPU h", "wall_hours": "wall h", "recipe": "recipe", "d_val_bpb_vs_base": "difference",
     "rel_vs_base": "relative", "seed": "seed", "condition": "condition", "excludes_zero": "excl. 0",
-    "excludes_seed_paper": "excl. seed paper", "p_holm": "Holm p", "status": "records", "grid": "grid",
-    "selected": "selected",
+    "excludes_seed_paper": "excl. seed paper", "p_holm": "Holm p", "level": "level", "declared": "declared", "first_record": "first record (UTC)", "status": "records", "grid": "grid",
+    "selected": "selected", "key": "estimate key", "study": "study", "cpu_s": "train CPU s", "eval_cpu_s": "CORE + diag. CPU s",
+    "wall_s": "wall s", "contexts": "context T", "params": "params", "matrix_lrs": "matrix LRs run",
+    "xsa_layers": "XSA layers", "studies": "studies",
+    **{name: m.header for name, m in METRICS.items()},  # a metric's header is the metric table's
 }
 # integers with thousands separators, and fewer digits where four say nothing
 DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
@@ -317,15 +321,12 @@ DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, 
 
 
 def _percent(value, signed: bool = True):
-    from xsa.stats import Interval
-    sign = "+" if signed else ""
     if isinstance(value, Interval):
-        return "n/a" if not value.defined else f"[{100 * value.lo:+.2f}%, {100 * value.hi:+.2f}%]"
-    return value if not isinstance(value, float) else f"{100 * value:{sign}.2f}%"
+        return "n/a" if not value.defined else f"[{pct(value.lo)}, {pct(value.hi)}]"
+    return value if not isinstance(value, float) else pct(value, signed)
 
 
 def _cell(col, value):
-    from xsa.stats import Interval
     if value is None:
         return "n/a"
     if col in PERCENT:
@@ -344,18 +345,18 @@ def _cell(col, value):
 
 
 def _claim_rows(rows):
-    """The claims table as the paper shows it: the estimate in one cell, the verdict in a word."""
+    """The claims table as the paper shows it: the estimate in one cell (its key beside it), the verdict."""
     out = []
     for r in rows:
-        rel = "(relative)" in r["ours"] or "overhead" in r["ours"]
-        if r["estimate"] is None or not r["ci95"].defined:
+        ci = r["ci95"]
+        if r["estimate"] is None or not ci.defined:
             est = "n/a"
-        elif rel:
-            est = f"{100 * r['estimate']:+.2f}% [{100 * r['ci95'].lo:+.2f}, {100 * r['ci95'].hi:+.2f}]"
+        elif r["unit"] == "relative":
+            est = f"{pct(r['estimate'])} [{pct(ci.lo)}, {pct(ci.hi)}]"
         else:
-            est = f"{r['estimate']:+.4f} [{r['ci95'].lo:+.4f}, {r['ci95'].hi:+.4f}]"
-        out.append(dict(claim=r["claim"], theirs=r["theirs"], estimate=est, n=r["n"],
-                        verdict=r["verdict"].split(" (")[0]))
+            est = f"{r['estimate']:+.4f} [{ci.lo:+.4f}, {ci.hi:+.4f}]"
+        out.append(dict(claim=r["claim"], theirs=r["theirs"], estimate=est, n=r["n"], key=f"`{r['key']}`",
+                        verdict=r["verdict"]))
     return out
 
 
@@ -373,7 +374,6 @@ def table_markdown(built: dict, name: str, cols=None, **where) -> str:
     default = DISPLAY_ARMS if rows and "d_ci95" in rows[0] and name not in DISPLAY else (list(rows[0]) if rows else [])
     cols = [c for c in (cols or DISPLAY.get(name, default)) if rows and c in rows[0]]
     shown = [{c: _cell(c, r[c]) for c in cols} for r in rows]
-    from xsa.stats import Interval
     numeric = {c: "r" for c in cols if any(isinstance(r[c], (int, float, Interval)) and not isinstance(r[c], bool)
                                            for r in rows)}
     if "estimate" in cols:
@@ -407,3 +407,33 @@ def show_figure(built: dict, name: str, caption: str | None = None):
         return image
     display(image)
     return Markdown(caption)
+
+
+def book(built: dict, results_dir) -> Book:
+    """The estimates the text may use: every estimates file under results_dir/estimates (a study
+    trained on another branch, say), with this build's own in their place."""
+    studies = {f.stem: read_estimates(f) for f in sorted((Path(results_dir) / "estimates").glob("*.json"))}
+    return Book({**studies, **built["estimates"]})
+
+
+def paper_blocks(study, built: dict, results_dir) -> list:
+    """The paper's text (paper/text/<study>.md.j2) rendered from the estimates, as blocks."""
+    source = template_for(study.name).read_text()
+    tables = lambda name, cols=None, **where: table_markdown(built, name, cols, **where)
+    runs = [*built["runs"], *((built.get("robust") or {}).get("runs") or [])]
+    context = dict(study=study, left_out=left_out_note(built["left_out"]),
+                   machine_warnings=machine_warnings(study, built["runs"]), runs=runs,
+                   scale_study=get_study(study.prediction, results_dir) if study.prediction else None)
+    return render(source, book(built, results_dir), built["figures"], tables, context)
+
+
+def show_paper(study, built: dict, results_dir) -> None:
+    """Display the paper in a notebook: its text as Markdown, each figure at its print size."""
+    from IPython.display import Image, Markdown, display
+    for kind, content in paper_blocks(study, built, results_dir):
+        if kind == "figure":
+            path = built["figures"][content]
+            px = _png_width(path)
+            display(Image(filename=str(path), width=round(px / DPI * 96) if px else None))
+        else:
+            display(Markdown(content))

@@ -11,10 +11,12 @@ studies.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from xsa.records import read_json
-from xsa.stats import mean_ci, relative_differences
+from xsa.report.estimates import slug
+from xsa.report.rows import effect_row, minute, not_run_row
 
 _SEED = re.compile(r"^(?P<arm>.+)_s(?P<seed>\d+)$")
 
@@ -33,53 +35,44 @@ def archived_runs(root: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
-def _condition(cfg: dict) -> tuple[str, dict]:
+def archived_list(root: Path) -> list[dict]:
+    """Every finished run of the archive as {"id", "summary"}, in run-id order (for the list of runs)."""
+    return [dict(id=f"{arm}_s{seed}", summary=rec["summary"]) for arm, seeds in sorted(archived_runs(root).items())
+            for seed, rec in sorted(seeds.items())]
+
+
+def condition(cfg: dict) -> tuple[str, dict]:
     """A label and the table's condition columns, from a recorded config of the earlier stack."""
     m = cfg["model"]
     d, layers, vocab = m["n_embd"], m["n_layer"], m["vocab_size"]
     # nanochat's unit: block matrices (q, k, v, proj and a 4x MLP: 12 d^2 a layer, one kv head per
     # head as these configs record) plus the lm head
     scaling = layers * 12 * d * d + d * vocab
-    label = (f"earlier stack, {m['n_head']} heads, width {d}, {layers} layers"
-             + (", AdamW only" if cfg.get("optimizer") == "adamw" else ""))
+    label = (f"earlier: {m['n_head']} heads, w{d}, {layers} layers"
+             + (", AdamW" if cfg.get("optimizer") == "adamw" else ""))
     return label, dict(preset=cfg.get("preset"), heads=m["n_head"], seq_len=m["sequence_len"], layers="all",
                        tokens_per_param=cfg["num_tokens"] / scaling,
                        matrix_lr=(f"{cfg['adamw_matrix_lr']:g} (AdamW)" if cfg.get("optimizer") == "adamw"
                                   else f"{cfg['matrix_lr']:g}"))
 
 
-def archived_rows(root: Path, commit: str, pairs, seed_effect) -> list[dict]:
-    """One row a (baseline arm, XSA arm) pair of the archive at root: XSA minus baseline, relative,
-    paired by seed; or, where the archive is missing, one row that says how to restore it."""
-    from xsa.report.robust import effect_row, minute, not_run_row
+def archived_rows(root: Path, archived, est: dict, seed_effect) -> list[dict]:
+    """One row a (baseline arm, XSA arm) pair of the archive at root, its numbers from the archive's
+    estimates (xsa/report/declared.py); or, where the archive is missing, one row that says how to
+    restore it."""
+    commit = archived.commit
     runs = archived_runs(root)
     family = f"earlier study ({commit})"
     if not runs:
         row = not_run_row(f"earlier study: python -m xsa.archive --commit {commit}", family, "")
         return [{**row, "status": "not restored"}]
     rows = []
-    for base, xsa in pairs:
+    for base, xsa in archived.pairs:
         a, b = runs.get(base, {}), runs.get(xsa, {})
-        val = lambda arm: {s: r["summary"]["val_bpb"] for s, r in arm.items()}
-        st = mean_ci(relative_differences(val(a), val(b)).values())
-        e = dict(n=st["n"], rel_mean=st["mean"], rel_ci=st["ci"], rel_sd=st["sd"])
-        label, condition = _condition(next(iter(b.values()))["config"])
+        e = replace(est[f"c{commit}_{slug(base.replace('_base', ''))}"], seed_paper=seed_effect)
+        label, cond = condition(next(iter(b.values()))["config"])
         dates = [r["provenance"].get("date", "") for arm in (a, b) for r in arm.values() if r.get("provenance")]
-        row = effect_row(label, family, condition, e, len(a.keys() & b.keys()), seed_effect,
-                         minute(min(dates)) if dates else None)
-        row["status"] = f"archived ({commit})"
+        row = effect_row(label, family, cond, e, len(a.keys() & b.keys()), minute(min(dates)) if dates else None)
+        row["status"] = "archived"
         rows.append(row)
     return rows
-
-
-def earlier_phrase(rows) -> str:
-    """The earlier study's rows in a clause: 'the stack of that time, 0.1 tokens per parameter, 3 seeds:
-    +0.22% [...] (4 heads, width 256), ...', or '' where the table has none."""
-    rows = [r for r in rows if r["family"].startswith("earlier study") and r.get("n")]
-    if not rows:
-        return ""
-    from xsa.report.text import pct, pct_ci
-    tpp = ", ".join(sorted({f"{r['tokens_per_param']:.2f}" for r in rows}))
-    parts = [f"{pct(r['rel'])} {pct_ci(r['rel_ci95'])} ({r['condition'].removeprefix('earlier stack, ')})" for r in rows]
-    return (f"on the stack of that time, at {tpp} tokens per parameter in nanochat's unit and "
-            f"{max(r['n'] for r in rows)} seeds: XSA changed val bpb by {'; '.join(parts)}")

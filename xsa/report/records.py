@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.config import TrainConfig
+from xsa.report.metrics import METRICS, read_plain
 from xsa.records import check_steps, read_json, read_jsonl
 from xsa.spec import Arm, Run
 
@@ -88,6 +89,8 @@ def metric(run: dict, name: str):
         return (ev.get("tasks", {}).get(name[9:]) or {}).get("correct_bpb")
     if name in ("core", "core_bpb", "core_margin_bpb") and ev.get("core_complete") is False:
         return None  # a mean over fewer tasks is not CORE: never mix it in
+    if name in METRICS and METRICS[name].file in ("summary.json", "eval.json"):
+        return read_plain(run, name)  # any metric the metric table places in a summary or eval record
     value = ev.get(name)
     return value.get(name) if isinstance(value, dict) else value  # {"chatcore": {"chatcore": x, ...}} too
 

@@ -18,16 +18,20 @@ checked whole by xsa/report/integrity.py, diagnostics aside, which come at the e
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from xsa.stats import Interval, holm, mean_ci, relative_differences, t_pvalue
+from xsa.archive import ARCHIVE
+from xsa.report.archive import archived_list, archived_rows
+from xsa.config import scaling_params
+from xsa.report.declared import ROBUST_KEYS, archive_estimates, robust_estimates
+from xsa.report.estimates import SEQ_LENS, slug
+from xsa.report.integrity import RecordError, check_present
 from xsa.report.records import load_runs, per_seed
-from xsa.report.tables import contrast_effect, effect
-from xsa.report.text import pct, pct_ci
+from xsa.report.rows import effect_row, minute, not_run_row
+from xsa.stats import mean_ci
+from xsa.studies import GROUP_SEEDS, Contrast, Sweep, get_study, group_arms
 
 SLOPE = "sequence-length slope"
-SEQ_LENS = (256, 512, 1024)  # the slope's sequence lengths: T=512 is the primary's
 # The secondary family's rows, by comparison: (label in the table, the condition as a sentence names
 # it, kind). A "condition" row is XSA against the baseline under one condition; a "dependence" row is a
 # difference of two effects (does XSA's effect depend on it?).
@@ -40,8 +44,7 @@ SECONDARY_ROWS = {
     "last half vs baseline": ("last 2 layers vs baseline", "on the last two layers only", "condition"),
     "last half vs all layers": ("last 2 layers vs all layers", "the choice of layers (last two or all)", "dependence"),
 }
-PRIMARY = "tuned LRs (primary)"
-DIAGONAL = "log:diag_mass"  # the diagonal attention mass of the training log's final evaluation
+PRIMARY = "tuned LRs, T = 512 (primary)"
 
 
 def secondary_row(rows, comparison: str) -> dict | None:
@@ -57,7 +60,6 @@ def secondary_kind(row: dict) -> tuple[str, str] | None:
 
 def _condition(arm, seq_len=None) -> dict:
     """The columns that say what a row's condition is, read from the arm's config."""
-    from xsa.config import scaling_params
     cfg = arm.config()
     m = cfg.model
     return dict(preset=arm.preset, heads=m.n_head, seq_len=seq_len or m.sequence_len,
@@ -71,39 +73,15 @@ def _lrs(a, b) -> str:
     return f"{la:g}" if la == lb else f"{la:g} / {lb:g}"
 
 
-def _row(label, family, a, b, e, declared, seed_effect, when=None, seq_len=None) -> dict:
+def _row(label, family, a, b, e, declared, when=None, seq_len=None) -> dict:
     """A row of the pair (a, b) of today's arms, its condition read from b's config."""
-    return effect_row(label, family, {**_condition(b, seq_len), "matrix_lr": _lrs(a, b)}, e, declared,
-                      seed_effect, when)
-
-
-def effect_row(label, family, condition: dict, e: dict, declared: int, seed_effect, when=None) -> dict:
-    """One row: the condition's columns, the effect (an `effect` dict: relative mean, interval, SD, n),
-    whether its interval excludes zero and the seed paper's effect, its two-sided p."""
-    ci = e["rel_ci"]
-    return dict(condition=label, family=family, **condition, n=e["n"], declared=declared, rel=e["rel_mean"],
-                rel_ci95=ci, excludes_zero=ci.excludes(0.0) if ci.defined else None,
-                excludes_seed_paper=ci.excludes(seed_effect) if ci.defined and seed_effect is not None else None,
-                p=t_pvalue(e["rel_mean"], e["rel_sd"], e["n"]), p_holm=None, first_record=when)
-
-
-def not_run_row(label, family, why) -> dict:
-    """A row whose step the study has not declared yet (its rule is still deciding)."""
-    return dict(condition=label, family=family, preset=None, heads=None, seq_len=None, layers=None,
-                tokens_per_param=None, matrix_lr=None, n=0, declared=0, rel=None, rel_ci95=Interval(None, None),
-                excludes_zero=None, excludes_seed_paper=None, p=None, p_holm=None, first_record=None,
-                status=f"not run ({why})")
+    return effect_row(label, family, {**_condition(b, seq_len), "matrix_lr": _lrs(a, b)}, e, declared, when)
 
 
 def _declared(study, *arms) -> int:
     """How many estimation seeds (study.estimate_from on) the study declares for every one of `arms`."""
     seeds = [{r.seed for r in study.runs if r.arm == arm and r.seed >= study.estimate_from} for arm in arms]
     return len(set.intersection(*seeds)) if seeds else 0
-
-
-def minute(date: str) -> str:
-    """An ISO date of a record, to the minute: '2026-12-02 00:18' (the records are in UTC)."""
-    return date[:16].replace("T", " ")
 
 
 def _first_record(runs, *arms) -> str | None:
@@ -113,83 +91,49 @@ def _first_record(runs, *arms) -> str | None:
     return minute(min(dates)) if dates else None
 
 
-def _slope(runs, pairs) -> dict:
-    """Per seed, the least-squares slope of XSA's relative effect against log2 T over SEQ_LENS (per
-    doubling of T); then its mean with a t-interval over the seeds that have all three lengths."""
-    per_pair = [relative_differences(per_seed(runs, p.a, "val_bpb"), per_seed(runs, p.b, "val_bpb")) for p in pairs]
-    xs = [math.log2(t) for t in SEQ_LENS]
-    x0 = sum(xs) / len(xs)
-    seeds = sorted(set.intersection(*(set(d) for d in per_pair))) if per_pair else []
-    slopes = [sum((x - x0) * d[s] for x, d in zip(xs, per_pair)) / sum((x - x0) ** 2 for x in xs) for s in seeds]
-    st = mean_ci(slopes)
-    return dict(n=st["n"], rel_mean=st["mean"], rel_ci=st["ci"], rel_sd=st["sd"])
-
-
-def robust_rows(robust, runs, seed_effect) -> list[dict]:
-    """The robust study's rows: its primary endpoint, then its pre-registered secondary family in order
-    (Holm-adjusted over the whole family; a member not run counts with p = 1)."""
-    from xsa.studies import Contrast
-    rows = []
+def robust_rows(robust, runs, est) -> list[dict]:
+    """The robust study's rows from its estimates: its primary endpoint, then its pre-registered secondary
+    family in order (Holm-adjusted over the whole family, xsa/report/declared.py)."""
     try:
         p = robust.comparison(robust.primary)
     except KeyError:  # the LR selection is still training: nothing declared yet
         return [not_run_row(PRIMARY, "primary", "LR selection pending")]
-    rows.append(_row(PRIMARY, "primary", p.a, p.b, effect(runs, p.a, p.b, "val_bpb"),
-                     _declared(robust, p.a, p.b), seed_effect, _first_record(runs, p.a, p.b)))
-    family = []
+    rows = [_row(PRIMARY, "primary", p.a, p.b, est["primary"], _declared(robust, p.a, p.b),
+                 _first_record(runs, p.a, p.b))]
     for name in robust.secondary:
-        label = SECONDARY_ROWS[name][0]
-        if name == SLOPE:
-            try:
-                pairs = [robust.comparison(f"{p.name} T={t}") if t != 512 else p for t in SEQ_LENS]
-            except KeyError:
-                pairs = None
-            if pairs:
-                e = _slope(runs, pairs)
-                row = _row(label, "secondary", p.a, p.b, e, min(_declared(robust, q.a, q.b) for q in pairs),
-                           None, _first_record(runs, *pairs[0].arms(), *pairs[2].arms()), seq_len="256-1024")
-                row["excludes_seed_paper"] = None  # the seed paper has no slope
-                family.append(row)
-                continue
-        try:
-            c = robust.comparison(name)
-        except KeyError:
-            family.append(not_run_row(label, "secondary", "LR selection pending"))
+        label, e = SECONDARY_ROWS[name][0], est[ROBUST_KEYS[name]]
+        if e.reason.startswith("not declared"):
+            rows.append(not_run_row(label, "secondary", "LR selection pending"))
             continue
-        if isinstance(c, Contrast):  # (second's effect) - (first's), per seed
-            e = contrast_effect(runs, c, "val_bpb")
-            row = _row(label, "secondary", c.second.a, c.second.b, e, _declared(robust, *c.second.arms()), None,
-                       _first_record(runs, *c.second.arms()))
-            row["excludes_seed_paper"] = None
-        else:
-            row = _row(label, "secondary", c.a, c.b, effect(runs, c.a, c.b, "val_bpb"),
-                       _declared(robust, c.a, c.b), seed_effect, _first_record(runs, c.a, c.b),
-                       seq_len=c.b.get("sequence_len"))
-        family.append(row)
-    for row, adjusted in zip(family, holm([r.get("p") for r in family])):
-        row["p_holm"] = adjusted
-    return rows + family
+        if name == SLOPE:
+            pairs = [robust.comparison(f"{p.name} T={t}") if t != 512 else p for t in SEQ_LENS]
+            rows.append(_row(label, "secondary", p.a, p.b, e, min(_declared(robust, q.a, q.b) for q in pairs),
+                             _first_record(runs, *pairs[0].arms(), *pairs[2].arms()), seq_len="256-1024"))
+            continue
+        c = robust.comparison(name)
+        q = c.second if isinstance(c, Contrast) else c
+        rows.append(_row(label, "secondary", q.a, q.b, e, _declared(robust, q.a, q.b), _first_record(runs, *q.arms()),
+                         seq_len=None if isinstance(c, Contrast) else q.b.get("sequence_len")))
+    return rows
 
 
-def recipe_rows(study, runs, seed_effect) -> list[dict]:
-    """The recipe-LR study's rows: its primary on the planned seeds, with the post hoc seeds, and its
-    other main pairs (the second depth)."""
-    from xsa.report import PLANNED_SEEDS
+def recipe_rows(study, runs, est) -> list[dict]:
+    """The recipe-LR study's rows from its estimates: its primary on the planned seeds, with the post hoc
+    seeds, and its other main pairs (the second depth)."""
     rows = []
     for q in study.main:
+        when = _first_record(runs, q.a, q.b)
         if q.name == study.primary:
-            pre = effect(runs, q.a, q.b, "val_bpb", seeds=set(PLANNED_SEEDS))
-            rows.append(_row("recipe LR, planned seeds", "recipe-LR study", q.a, q.b, pre,
-                             len(PLANNED_SEEDS), seed_effect, _first_record(runs, q.a, q.b)))
-            full = effect(runs, q.a, q.b, "val_bpb")
-            if full["n"] > pre["n"]:
-                rows.append(_row(f"recipe LR, + {full['n'] - pre['n']} post hoc seeds", "recipe-LR study",
-                                 q.a, q.b, full, full["n"], seed_effect, _first_record(runs, q.a, q.b)))
+            pre = est["primary"]
+            rows.append(_row("recipe LR, planned seeds", "recipe-LR study", q.a, q.b, pre, pre.n, when))
+            full = est.get("primary_all")
+            if full is not None and full.n > pre.n:
+                rows.append(_row(f"recipe LR, + {full.n - pre.n} post hoc seeds", "recipe-LR study",
+                                 q.a, q.b, full, full.n, when))
         else:
-            e = effect(runs, q.a, q.b, "val_bpb")
-            depth = q.a.config().model.n_layer
-            rows.append(_row(f"recipe LR, {depth} layers", "recipe-LR study", q.a, q.b, e, e["n"], seed_effect,
-                             _first_record(runs, q.a, q.b)))
+            e = est[slug(q.name)]
+            rows.append(_row(f"recipe LR, {q.a.config().model.n_layer} layers", "recipe-LR study", q.a, q.b, e,
+                             e.n, when))
     for r in rows:
         r["p"] = None  # confirmatory only on the planned seeds; its verdict is the interval, as written
     return rows
@@ -203,9 +147,9 @@ def _status(row) -> str:
     return "complete" if row["n"] else "not run"
 
 
-def robustness_rows(study, robust, runs, robust_runs, seed_effect) -> list[dict]:
+def robustness_rows(study, robust, runs, robust_runs, est, robust_est) -> list[dict]:
     """Every row, the recipe-LR study's first; each with its status (complete, interim, not run)."""
-    rows = recipe_rows(study, runs, seed_effect) + robust_rows(robust, robust_runs, seed_effect)
+    rows = recipe_rows(study, runs, est) + robust_rows(robust, robust_runs, robust_est)
     for r in rows:
         r["status"] = _status(r)
     return rows
@@ -214,7 +158,6 @@ def robustness_rows(study, robust, runs, robust_runs, seed_effect) -> list[dict]
 def selection(robust, runs) -> list[dict]:
     """Each LR grid of the robust study: per arm and LR, the mean final val bpb over its selection seeds,
     and which LR the rule selected."""
-    from xsa.studies import Sweep
     chosen = {x for p in robust.main for x in p.arms()}  # the arms at their selected LRs
     out = []
     for c in robust.comparisons:
@@ -230,7 +173,6 @@ def group_check(robust, runs) -> list[dict]:
     """The AdamW-group check, descriptive (2 seeds): per arm and scale of the embedding and unembedding
     LRs, the mean final val bpb at the selected matrix LR and its grid neighbours, and whether the
     lowest is at another matrix LR than the selected one (the optimum moved)."""
-    from xsa.studies import GROUP_SEEDS, Sweep, group_arms
     if not robust.main:
         return []
     primary = robust.comparison(robust.primary)
@@ -248,39 +190,12 @@ def group_check(robust, runs) -> list[dict]:
     return out
 
 
-def diagonal_by_heads(robust, runs) -> list[dict]:
-    """XSA's relative change in diagonal attention mass (mean over layers, paired by seed) at each head
-    count of the robust study's tuned pairs, and the heads contrast: does the diagonal change depend on
-    the number of heads? From the training log's final evaluation, which every run records (the
-    diagnostics stage needs the weights, which only the machine that trained a run has). Rows:
-    {label, heads, n, rel_mean, rel_ci}."""
-    from xsa.studies import Contrast
-    out = []
-    for c in (*robust.main, *(c for c in robust.comparisons if isinstance(c, Contrast))):
-        if isinstance(c, Contrast):
-            e, label, heads = contrast_effect(runs, c, DIAGONAL), "contrast (2 minus 1 heads)", None
-        else:
-            heads = c.a.config().model.n_head
-            e, label = effect(runs, c.a, c.b, DIAGONAL), f"{heads} head{'s' if heads > 1 else ''} ({c.name})"
-        out.append(dict(label=label, heads=heads, n=e["n"], rel_mean=e["rel_mean"], rel_ci=e["rel_ci"]))
-    return out
-
-
-def row_sentence(r: dict) -> str:
-    """One row as a sentence fragment: 'tuned LRs, ...: -0.30% [-0.50%, -0.10%] (n = 12)'."""
-    if not r.get("n"):
-        return f"{r['condition']}: {r['status']}"
-    ci = r["rel_ci95"]
-    return f"{r['condition']}: {pct(r['rel'])} {pct_ci(ci) if ci.defined else '(one pair, no interval)'} (n = {r['n']})"
-
-
-def robustness(study, runs, results_dir, leave_out=(), interim: bool = False) -> dict:
-    """The robustness table of `study` (the recipe-LR study, whose records `runs` are) beside its
-    robust study's records under results_dir: {rows, selection, preregistration, runs}. A damaged
-    robust-study record stops it (RecordError), as a damaged record of the study itself does; so does
-    a declared run without a record, or a row not complete, unless `interim` (or runs left out)."""
-    from xsa.report.integrity import RecordError, check_present
-    from xsa.studies import get_study
+def robustness(study, runs, results_dir, est, leave_out=(), interim: bool = False) -> dict:
+    """The robustness table of `study` (the recipe-LR study, whose records `runs` are, its estimates
+    `est`) beside its robust study's records under results_dir: {rows, selection, preregistration,
+    runs}. A damaged robust-study record stops it (RecordError), as a damaged record of the study itself
+    does; so does a declared run without a record, or a row not complete, unless `interim` (or runs
+    left out)."""
     robust = get_study(study.robustness, results_dir)
     leave_out = set(leave_out or ())
     problems = check_present(robust, results_dir, leave_out)
@@ -300,18 +215,21 @@ def robustness(study, runs, results_dir, leave_out=(), interim: bool = False) ->
     estimating = [r for r in robust_runs if r["spec"].seed >= robust.estimate_from]
     selecting = [r for r in robust_runs if r["spec"].seed < robust.estimate_from]
     seed = study.seed_effect(study.primary)  # the seed paper's effect beside our primary (its d12)
-    from xsa.archive import ARCHIVE
-    from xsa.report.archive import archived_rows
+    robust_est = robust_estimates(robust, estimating, selecting, seed)
+    archive_est = archive_estimates(study, results_dir)
     earlier = [r for a in study.archived
-               for r in archived_rows(Path(results_dir) / ARCHIVE / a.commit, a.commit, a.pairs, seed)]
-    rows = robustness_rows(study, robust, runs, estimating, seed)
+               for r in archived_rows(Path(results_dir) / ARCHIVE / a.commit, a, archive_est, seed)]
+    rows = robustness_rows(study, robust, runs, estimating, est, robust_est)
     open_rows = [r for r in rows if r["family"] in ("primary", "secondary") and r["status"] != "complete"]
     if open_rows and not interim and not leave_out & {r.run_id for r in robust.runs}:
         raise RecordError(f"the robustness table of study {robust.name!r} is not complete ("
                           + "; ".join(f"{r['condition']}: {r['status']}" for r in open_rows)
                           + "); train its declared runs (make study STUDY=robust), or build an interim paper "
                           "(--interim)")
-    return dict(rows=earlier + rows, selection=selection(robust, selecting),
-                group_check=group_check(robust, selecting), diagonal=diagonal_by_heads(robust, estimating),
+    return dict(rows=earlier + rows,
+                selection=selection(robust, selecting), estimates=robust_est, archive_estimates=archive_est,
+                archived_runs=[("earlier", archived_list(Path(results_dir) / ARCHIVE / a.commit))
+                               for a in study.archived],
+                group_check=group_check(robust, selecting),
                 preregistration=dict(zip(("commit", "date"), robust.preregistered or (None, None))),
                 runs=robust_runs, study=robust)

@@ -7,6 +7,7 @@ records, so an interim report says so; a level whose rule has not declared it ye
 
     est = scale_estimates(results)     # {key: estimate dict}, the keys below
     fig_scale(est, out_dir)            # results/figures/scale.{png,svg}
+    scale_book(results, est)           # the same as Estimates (results/estimates/scale.json), for the text
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from xsa.design import final_bpb
-from xsa.predict import ANCHORS, TARGETS, Condition, condition, declared_seeds, fit, model_conditions
+from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit,
+                         model_conditions, pairs_to_test)
+from xsa.presets import make_config, scaling_params
 from xsa.records import read_json
+from xsa.report.estimates import Estimate, fact, slug
 from xsa.report.figures import FULL, new_figure, save_figure
+from xsa.report.integrity import RecordError, check_present
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
 from xsa.study_scale import SECONDARY
@@ -40,6 +45,12 @@ def _estimate(name: str, c: Condition, declared: int, **more) -> dict:
                                            f"interim {c.n}/{declared}" if c.n else "not run"), **more)
 
 
+def _used(results: Path, pair, seeds) -> list[str]:
+    """The run ids of every seed in `seeds` where both runs of the pair have a finished record."""
+    return [r.run_id for s in sorted(seeds) if final_bpb(results, pair.a.run(s)) is not None
+            and final_bpb(results, pair.b.run(s)) is not None for r in (pair.a.run(s), pair.b.run(s))]
+
+
 def level_estimates(results: Path, study) -> dict:
     """Each level's relative effect on final val bpb (b minus a, per pair), with its interval."""
     out = {}
@@ -51,7 +62,7 @@ def level_estimates(results: Path, study) -> dict:
                              status="not run (its learning-rate bracket has not selected yet)")
             continue
         seeds = declared_seeds(study, pair)
-        out[name] = _estimate(name, condition(results, pair, seeds), len(seeds), arms=[pair.a.name, pair.b.name])
+        out[name] = _estimate(name, condition(results, pair, seeds), len(seeds), runs=_used(results, pair, seeds))
     return out
 
 
@@ -60,7 +71,8 @@ def seq_len_levels(results: Path) -> dict:
     robust = get_study("robust", results)
     pairs = {256: robust.comparison("cpu-w64-d4 tuned T=256"), 512: robust.comparison(robust.primary),
              1024: robust.comparison("cpu-w64-d4 tuned T=1024")}
-    return {f"T={t}": _estimate(f"T={t}", condition(results, p, SEQ_SEEDS), len(SEQ_SEEDS)) for t, p in pairs.items()}
+    return {f"T={t}": _estimate(f"T={t}", condition(results, p, SEQ_SEEDS), len(SEQ_SEEDS),
+                                runs=_used(results, p, SEQ_SEEDS)) for t, p in pairs.items()}
 
 
 def model_estimates(results: Path, sensitivity: bool = False) -> dict:
@@ -121,7 +133,8 @@ def _contrast(results: Path, study, name: str) -> dict:
     both = sorted(first.keys() & second.keys())
     cfg = c.second.b.config()
     return _estimate(name, Condition(name, cfg.model.n_head, float("nan"), cfg.model.sequence_len,
-                                     tuple(second[s] - first[s] for s in both)), len(seeds))
+                                     tuple(second[s] - first[s] for s in both)), len(seeds),
+                     runs=_used(results, c.first, both) + _used(results, c.second, both))
 
 
 def scale_estimates(results: Path) -> dict:
@@ -182,3 +195,121 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale"):
     handles, labels = right.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out_dir, name)
+
+
+# -----------------------------------------------------------------------------
+# The estimates file the paper's text reads (results/estimates/scale.json)
+
+# the fit's keys, short where the text names them often
+SHORT = {SLOPES[1]: "slope_heads", SLOPES[2]: "slope_tokens", SLOPES[3]: "slope_seq_len"}
+BOOK_KEYS = {**SHORT, **{f"sensitivity {k}": f"sensitivity_{v}" for k, v in SHORT.items()}}
+
+
+def _level(name: str, e: dict, family: str, runs) -> Estimate:
+    why = "" if e.get("value") is not None else e.get("status", "not run")
+    what = ("(second's effect) minus (first's), per seed" if name == "width 256, length" else
+            "XSA minus baseline in final val bpb, relative to each seed's baseline, paired by seed")
+    status = e.get("status", "")
+    return Estimate(slug(name), e.get("value"), e.get("lo"), e.get("hi"), e.get("n", 0),
+                    p=e.get("p"), p_holm=e.get("p_holm"), family=family, reason=why, runs=tuple(runs),
+                    definition=f"{name}: {what}" + (f" ({status})" if status and status != "complete" else ""),
+                    declared=e.get("declared", 0))
+
+
+def _fit_estimate(name: str, e: dict, conditions) -> Estimate:
+    unit = "relative per doubling" if "slope" in name else "relative"
+    what = ("the model's slope (t interval on the fit's df)" if "slope" in name else
+            f"the model's 95% prediction interval for the true effect at {e.get('heads')} heads, "
+            f"{e.get('tokens_per_param')} tokens per parameter, T = {e.get('seq_len')}")
+    return Estimate(slug(BOOK_KEYS.get(name, name)), e["value"], e["lo"], e["hi"], len(conditions), p=e.get("p"),
+                    p_holm=e.get("p_holm"), unit=unit, family="prediction", definition=f"{name}: {what}; fit on "
+                    + ", ".join(conditions))
+
+
+def _done(results: Path, run) -> dict | None:
+    path = results / "runs" / run.run_id / "summary.json"
+    s = read_json(path) if path.exists() else None
+    return s if s and s.get("complete") else None
+
+
+def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
+    """The scale study's estimates as the paper's text reads them: each level and contrast, the fit's
+    slopes and predictions once it can fit, and the study's progress (runs declared and done, CPU hours)."""
+    results = Path(results)
+    study = get_study("scale", results)
+    est = est if est is not None else scale_estimates(results)
+    book = {}
+    for name in (*LEVELS, "T=256", "T=512", "T=1024", "width 256, length"):
+        e = est.get(name) or {}
+        family = "primary" if name == study.primary else "secondary" if name in SECONDARY else "level"
+        book[slug(name)] = _level(name, e, family, e.get("runs", ()))
+    for name, e in est.items():  # the fit's slopes and predictions, once it can fit
+        if isinstance(e, dict) and ("slope" in name or "prediction" in name):
+            fit = est["sensitivity fit" if name.startswith("sensitivity") else "fit"]
+            book[slug(BOOK_KEYS.get(name, name))] = _fit_estimate(name, e, fit["conditions"])
+    reused = ("length x1", "heads 2")  # the robust study's pairs (its primary, its two-head pairs)
+    book["levels_with_pairs"] = fact("levels_with_pairs", sum(book[slug(n)].n >= 2 for n in LEVELS if n not in reused),
+                                     "levels", "levels of the study's own (not the robust study's it reuses) with "
+                                     "at least two paired seeds recorded")
+    # its own runs: the robust study's records it reuses (its x1 level, its 2-head level) are not its cost
+    robust = {r.run_id for r in get_study("robust", results).runs}
+    own = [r for r in study.runs if r.run_id not in robust]
+    done = [(r, s) for r in own if (s := _done(results, r))]
+    book["runs_declared"] = fact("runs_declared", len(own), "runs", "runs of its own the study's rules have declared "
+                                 "so far (they declare more as brackets select); the robust study's it reuses aside")
+    book["runs_done"] = fact("runs_done", len(done), "runs", "declared runs with a finished record",
+                             runs=[r.run_id for r, _ in done])
+    book["cpu_hours"] = fact("cpu_hours", sum(s.get("cpu_time_s") or 0 for _, s in done) / 3600, "CPU hours",
+                             "process CPU time of the finished runs' training", family="cost",
+                             runs=[r.run_id for r, _ in done])
+    for preset, key in (("cpu-w64-d4-s128", "tokens_per_param_x1_3"), ("cpu-w64-d4-s1536", "tokens_per_param_x4")):
+        cfg = make_config(preset)
+        book[key] = fact(key, cfg.num_tokens / scaling_params(cfg.model), "tokens per parameter",
+                         f"{preset}: training tokens per block-matrix-and-head parameter (nanochat's unit)")
+    for target, where in TARGETS.items():  # the conditions the model predicts (xsa/predict.py)
+        for axis, v in where.items():
+            book[f"{target}_{axis}"] = fact(f"{target}_{axis}", v, axis, f"{target} as the model predicts it: {axis}")
+    book["d12_half_width"] = fact("d12_half_width", D12_HALF_WIDTH, "relative",
+                                  "the d12 test's target: its 95% interval's half-width")
+    book["d12_pairs"] = fact("d12_pairs", pairs_to_test(GPU_PAIR_SD, D12_HALF_WIDTH), "pairs",
+                             f"d12 pairs for that half-width at an assumed per-pair SD of {100 * GPU_PAIR_SD:.3f}%")
+    for (source, what, value), key in zip(ANCHORS, ("anchor_nanochat", "anchor_modded_nanogpt", "anchor_golf")):
+        book[key] = fact(key, value, "relative", f"{source}: {what} (as the source reports it)", family="anchor")
+    return book
+
+
+def _first_record(results: Path, runs) -> str | None:
+    """The UTC date of the earliest record among `runs` (their provenance), as the paper prints it."""
+    dates = [read_json(p)["date"] for r in runs if (p := results / "runs" / r / "provenance.json").exists()
+             and read_json(p).get("date")]
+    return min(dates)[:16].replace("T", " ") if dates else None
+
+
+def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
+    """The levels as the paper's table shows them: each with its records against its declared pairs,
+    and the date of its first record (after the pre-registration's, for the study's own levels)."""
+    rows = []
+    for name in (*LEVELS, "width 256, length", "T=256", "T=512", "T=1024"):
+        e = book[slug(name)]
+        status = ("complete" if e.declared and e.n >= e.declared else f"interim {e.n}/{e.declared}" if e.n
+                  else e.reason or "not run")
+        rows.append(dict(level=name, family=e.family, n=e.n, declared=e.declared, rel=e.value, rel_ci95=e.ci,
+                         p_holm=e.p_holm, status=status, first_record=_first_record(Path(results), e.runs)))
+    return rows
+
+
+def scale_section(study, results_dir, figures_dir):
+    """The study's prediction study (scale): its estimates, its table of levels and its figure (None
+    before its model can fit). Its finished records are checked whole first; runs still training or
+    not declared yet are its interim state, which the table and the text say."""
+    results_dir = Path(results_dir)
+    scale = get_study(study.prediction, results_dir)
+    problems = check_present(scale, results_dir)
+    if problems:
+        raise RecordError(f"the records of study {scale.name!r} cannot make the scale section ({len(problems)} "
+                          "problem" + ("s" if len(problems) > 1 else "") + "; nothing was written):\n  "
+                          + "\n  ".join(problems))
+    est = scale_estimates(results_dir)
+    book = scale_book(results_dir, est)
+    figure = fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale") if est.get("fit") else None
+    return book, scale_table(book, results_dir), figure

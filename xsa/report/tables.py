@@ -13,20 +13,14 @@ import math
 from pathlib import Path
 
 from xsa.records import atomic_write_text
-from xsa.report.records import by_arm, complete, finished, metric, per_seed
+from xsa.report.metrics import effect_metrics, relative
+from xsa.report.records import by_arm, complete, metric, per_seed
 from xsa.studies import SEED_PAPER
 from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 
 RUN_METRICS = ("val_bpb", "core", "chatcore")
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
-EFFECT_METRICS = ("val_bpb", "core_bpb", "core_margin_bpb", "core", "diag_mass")
-METRIC_NAMES = {"val_bpb": "val bpb", "core": "CORE (centered accuracy)", "chatcore": "ChatCORE",
-                "core_bpb": "CORE likelihood: bits/byte of the correct continuation",
-                "core_margin_bpb": "CORE likelihood: margin over the best wrong option (bits/byte)",
-                "diag_mass": "diagonal attention mass a_ii (mean over layers)"}
-# metrics whose relative change is meaningful (a positive quantity far from zero)
-RELATIVE = {"val_bpb", "core_bpb", "diag_mass"}
 
 
 # -----------------------------------------------------------------------------
@@ -85,17 +79,25 @@ def write_table(rows: list[dict], out_dir, name: str) -> tuple[Path, Path]:
 # -----------------------------------------------------------------------------
 # Builders
 
-def runs_table(runs) -> list[dict]:
+def every_run_table(groups) -> list[dict]:
+    """Every run of every study with its cost: groups is [(study, [run dicts])] (run dicts of
+    records.load_run, or the archive's {"id", "summary"} dicts). CPU seconds of training, and of CORE and
+    diagnostics together, from the records; a record that predates CPU time says so."""
+    def cpu(rec):
+        return (rec or {}).get("cpu_time_s")
+
     rows = []
-    for r in runs:
-        s, prov, c = r["summary"] or {}, r["provenance"] or {}, r["config"]
-        rows.append(dict(run=r["id"], preset=r["preset"], recipe=c.get("recipe"), optimizer=c["optimizer"],
-                         alpha=c["model"]["xsa_alpha"], layers=c["model"]["xsa_layers"],
-                         seed=r["spec"].seed, steps=s.get("steps"), complete=s.get("complete"),
-                         val_bpb=metric(r, "val_bpb"), core=metric(r, "core"), core_bpb=metric(r, "core_bpb"),
-                         tok_per_s=s.get("tok_per_s"), wall_min=(s["wall_time_s"] / 60 if s.get("wall_time_s") else None),
-                         cpu_min=(s["cpu_time_s"] / 60 if s.get("cpu_time_s") else None),
-                         config_hash=prov.get("config_hash"), git_commit=(prov.get("git_commit") or "n/a")[:10]))
+    for study, runs in groups:
+        for r in runs:
+            s = r.get("summary") or {}
+            scored = [cpu(((r.get("eval") or {}).get("core_detail") or {}).get("provenance")),
+                      cpu((r.get("diagnostics") or {}).get("provenance"))]
+            train = cpu(s)
+            rows.append(dict(study=study, run=r["id"], steps=s.get("steps"), val_bpb=s.get("val_bpb"),
+                             cpu_s=round(train) if train is not None else "not recorded",
+                             eval_cpu_s=round(sum(x for x in scored if x is not None)) if any(
+                                 x is not None for x in scored) else None,
+                             wall_s=round(s["wall_time_s"]) if s.get("wall_time_s") else None))
     return rows
 
 
@@ -172,7 +174,7 @@ def contrast_effect(runs, c, name: str) -> dict:
 
 
 def _effect_row(label: str, a: str, b: str, name: str, e: dict) -> dict:
-    relative_ok = name in RELATIVE
+    relative_ok = relative(name)
     return dict(comparison=label, metric=name, a=a, b=b, n=e["n"], d=e["mean"], d_ci95=e["ci"],
                 rel=e["rel_mean"] if relative_ok else None,
                 rel_ci95=e["rel_ci"] if relative_ok else Interval(None, None))
@@ -206,11 +208,13 @@ def main_table(runs, pairs) -> list[dict]:
     return rows
 
 
-def effects_table(runs, pairs, contrasted=None, metrics=EFFECT_METRICS, scored=None) -> list[dict]:
+def effects_table(runs, pairs, contrasted=None, metrics=None, scored=None) -> list[dict]:
     """One row per (comparison, metric): b minus a, paired by seed, absolute and relative; with
     `contrasted` (Contrasts) their second effect minus their first, per seed. `scored(arm)` says
     whether the study runs CORE on an arm: a comparison with an unscored arm gets no CORE rows
     (an empty row would read as "no paired seeds yet" where none are planned)."""
+    metrics = metrics or effect_metrics()
+
     def measured(arms):
         return [m for m in metrics if not m.startswith("core") or scored is None or all(map(scored, arms))]
     rows = [_effect_row(p.name, p.a.name, p.b.name, name, effect(runs, p.a, p.b, name))
@@ -324,23 +328,38 @@ def throughput_table(tp: dict) -> list[dict]:
     return rows
 
 
-def setup_table(study) -> list[dict]:
-    """What each preset of the study trains (from the presets and the study, not from prose)."""
+def lr_range(lrs) -> str:
+    """The matrix LRs run on a preset: '0.02' or '0.01-0.16 (5)' (lowest-highest, how many)."""
+    lrs = sorted(set(lrs))
+    return f"{lrs[0]:g}" if len(lrs) == 1 else f"{lrs[0]:g}-{lrs[-1]:g} ({len(lrs)})"
+
+
+def setup_table(*studies) -> list[dict]:
+    """What each preset of the studies trains (from the presets and the studies' runs, not from prose):
+    its shape, its horizon, and every condition run on it (context lengths, matrix LRs, where XSA is)."""
     from xsa.config import scaling_params
     from xsa.presets import PRESETS, make_config
+    runs = [r for s in studies for r in s.runs]
     rows = []
-    for p in study.presets():
+    for p in sorted({r.preset for r in runs}, key=list(PRESETS).index):
         c = make_config(p)
         m = c.model
         blocks = scaling_params(m) - m.n_embd * m.vocab_size  # the block matrices (non-embedding)
+        mine = [r for r in runs if r.preset == p]
+        cfgs = [r.config() for r in mine]
+        span = lambda xs: ", ".join(f"{x:g}" for x in sorted(set(xs)))
         rows.append(dict(preset=p, recipe=c.recipe, layers=m.n_layer, width=m.n_embd, heads=m.n_head,
-                         seq_len=m.sequence_len, vocab=m.vocab_size, data=PRESETS[p]["data"],
-                         batch_tokens=c.total_batch_size, steps=c.num_iterations, tokens=c.num_tokens,
-                         non_embedding_params=blocks, tokens_per_param=c.num_tokens / blocks,
+                         seq_len=m.sequence_len, contexts=span(x.model.sequence_len for x in cfgs), vocab=m.vocab_size,
+                         data=PRESETS[p]["data"], batch_tokens=c.total_batch_size, steps=c.num_iterations,
+                         tokens=c.num_tokens, non_embedding_params=blocks, params=scaling_params(m),
+                         tokens_per_param=c.num_tokens / blocks,
                          # nanochat's unit: per block-matrix-and-lm-head parameter (its 10-12 at d12)
-                         tokens_per_scaling_param=c.num_tokens / scaling_params(m),
-                         matrix_lr=c.matrix_lr, runs=sum(1 for r in study.runs if r.preset == p),
-                         core_items_per_task=study.evaluate.get("max_per_task") or "all"))
+                         tokens_per_scaling_param=c.num_tokens / scaling_params(m), matrix_lr=c.matrix_lr,
+                         matrix_lrs=lr_range(x.matrix_lr for x in cfgs),
+                         xsa_layers=", ".join(sorted({x.model.xsa_layers for x in cfgs if x.model.xsa_alpha} or {"none"}))
+                         .replace("last:2", "last 2"),
+                         runs=len(mine), studies=", ".join(s.name for s in studies if any(r.preset == p for r in s.runs)),
+                         core_items_per_task=studies[0].evaluate.get("max_per_task") or "all"))
     return rows
 
 

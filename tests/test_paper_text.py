@@ -1,0 +1,244 @@
+"""The estimates layer and the written text: estimates recomputed independently from the raw records,
+a verdict that its data no longer supports stops the build naming its sentence, the paper's own
+template renders from the committed estimates, and a new metric is one entry of the metric table."""
+
+import json
+import math
+import re
+import statistics
+
+import numpy as np
+import pytest
+
+from xsa import report
+from xsa.records import REPO_ROOT, atomic_write_json
+from xsa.report.estimates import Book, read_estimates
+from xsa.report.writing import StaleClaim, render, template_for
+from xsa.studies import Study, get_study
+
+from test_robustness import rob, robust_records, whole
+
+
+@pytest.fixture
+def robust_results(tmp_path):
+    """The robust study's made-up records of tests/test_robustness.py."""
+    return robust_records(tmp_path)
+
+
+def _val(results, run_id):
+    return json.loads((results / "runs" / run_id / "summary.json").read_text())["val_bpb"]
+
+
+def test_estimates_agree_with_an_independent_computation(robust_results, tmp_path):
+    """The robust study's primary, its T = 256 pair and its Holm-adjusted family, recomputed with numpy and
+    statistics from the summary.json files alone (not through the report's code)."""
+    rob(robust_results)  # builds the robust estimates
+    from xsa.report.declared import robust_estimates
+    from xsa.report.records import load_runs
+    robust = get_study("robust", robust_results)
+    runs = load_runs(robust_results, [r.run_id for r in robust.runs
+                                      if (robust_results / "runs" / r.run_id / "summary.json").exists()])
+    est = robust_estimates(robust, [r for r in runs if r["spec"].seed >= 100],
+                           [r for r in runs if r["spec"].seed < 100], -0.0032)
+    from xsa.report.estimates import write_estimates
+    write_estimates(est, tmp_path, "robust")
+    written = {r["key"]: r for r in json.loads((tmp_path / "robust.json").read_text())["estimates"]}
+
+    def check(key, pair, seeds):
+        d = np.array([_val(robust_results, pair.b.run(s).run_id) / _val(robust_results, pair.a.run(s).run_id) - 1
+                      for s in seeds])
+        n, mean, sd = len(d), float(d.mean()), statistics.stdev(d.tolist())
+        t = {5: 2.570582, 11: 2.200985}[n - 1]  # Student's t, 97.5% quantile, from the tables
+        row = written[key]
+        assert row["n"] == n and row["value"] == pytest.approx(mean, abs=1e-9)
+        assert row["lo"] == pytest.approx(mean - t * sd / math.sqrt(n), abs=1e-8)
+        assert row["hi"] == pytest.approx(mean + t * sd / math.sqrt(n), abs=1e-8)
+        assert sorted(row["runs"]) == sorted(x.run(s).run_id for s in seeds for x in pair.arms())
+        return abs(mean) / (sd / math.sqrt(n))
+
+    t = check("primary", robust.comparison(robust.primary), range(100, 112))
+    assert written["primary"]["p"] == pytest.approx(2 * _t_tail(t, 11), rel=1e-4)
+    t256 = check("t256", robust.comparison("cpu-w64-d4 tuned T=256"), range(100, 106))
+    # Holm over a family of 7 where only T = 256 ran: its p times 7 (the others count as p = 1)
+    p = 2 * _t_tail(t256, 5)
+    assert written["t256"]["p"] == pytest.approx(p, abs=1e-9)
+    assert written["t256"]["p_holm"] == pytest.approx(min(1.0, 7 * p), abs=1e-9)
+    assert written["two_heads"]["value"] is None and written["two_heads"]["reason"].startswith("not declared")
+
+
+def _t_tail(t, df):
+    """P(T > t) for Student's t by numerical integration of its density (independent of xsa.stats)."""
+    x = np.linspace(t, t + 2000, 2_000_001)
+    c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+    return float(np.trapezoid(c * (1 + x ** 2 / df) ** (-(df + 1) / 2), x))
+
+
+TEXT = ("At tuned rates XSA {{ claim('robust.primary', 'lowers') }} val bpb by {{ e.robust.primary | est }}. "
+        "At T = 256 it {{ claim('robust.t256', 'lowers') }} it too, by {{ e.robust.t256 | size }}.\n")
+
+
+def _render(results, text=TEXT):
+    out = rob(results)
+    book = Book({"robust": out["estimates"]})
+    return render(text, book, {}, lambda name, **kw: "", {})
+
+
+def test_a_claim_its_data_no_longer_supports_stops_the_build_naming_the_sentence(robust_results):
+    (kind, text), = _render(robust_results)
+    assert kind == "markdown" and "XSA lowers val bpb by -0.30% [" in text and "it lowers it too, by 0.99%" in text
+    # T = 256 retrained: XSA's effect there is now lost in its noise, so "lowers" no longer holds
+    robust = get_study("robust", robust_results)
+    t256 = robust.comparison("cpu-w64-d4 tuned T=256")
+    for s in range(100, 106):
+        (robust_results / "runs" / t256.b.run(s).run_id / "metrics.jsonl").unlink()
+        whole(robust_results, t256.b.run(s), 2.1 * (1 + 0.01 * (-1) ** s))
+    with pytest.raises(StaleClaim) as err:
+        _render(robust_results)
+    said = str(err.value)
+    assert "At T = 256 it [?] it too, by" in said and "claim('robust.t256', 'lowers')" in said
+    assert "Holm p" in said and "tuned rates" not in said  # the sentence that still holds is not named
+
+
+def test_every_figure_and_table_is_referred_to(robust_results):
+    placed = TEXT + "{{ table('robustness', 'The table.') }}"
+    with pytest.raises(ValueError, match=r"never refers to Table 1 \(tab:robustness\)"):
+        _render(robust_results, placed)
+    blocks = _render(robust_results, placed + "See {{ ref('tab:robustness') }}.")
+    assert [b[1].strip() for b in blocks][1:] == ["**Table 1.** The table.", "See Table 1."]
+    with pytest.raises(ValueError, match="which it never shows"):
+        _render(robust_results, TEXT + "See {{ ref('fig:gap') }}.")
+
+
+def test_a_missing_key_names_it(robust_results):
+    with pytest.raises(KeyError, match="robust.nonsense"):
+        _render(robust_results, "{{ e.robust.nonsense | est }}")
+
+
+def test_large_percentages_keep_two_significant_digits():
+    from xsa.report.writing import pct
+    assert pct(2.8581) == "+290%" and pct(-0.0061) == "-0.61%" and pct(0.1234) == "+12%" and pct(None) == "n/a"
+
+
+ESTIMATES = REPO_ROOT / "results" / "estimates"
+
+
+@pytest.mark.skipif(not (ESTIMATES / "default.json").exists(), reason="no committed estimates")
+def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
+    """The paper's template against the committed estimates: every claim holds, every key exists, the
+    abstract is at most 250 words, and no number is typed into the prose."""
+    book = Book({f.stem: read_estimates(f) for f in ESTIMATES.glob("*.json") if f.stem != "smoke"})
+    figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects")}
+    blocks = render(template_for("default").read_text(), book, figures, lambda name, **kw: "", dict(
+        study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale")))
+    text = "".join(v for k, v in blocks if k == "markdown")
+    abstract = text.split("**Abstract.**")[1].split("\n## ")[0]
+    assert len(abstract.split()) <= 250
+    # the scale study in progress: its section says so and predicts nothing until its model can fit
+    assert "4. Scale: a prediction for d12" in text and "The study is in progress" in text
+    assert "makes no prediction" in text and "The model predicts" not in text
+    # the prose outside {{ ... }} and {# ... #}, before the references: no decimal and no percentage typed in
+
+    source = template_for("default").read_text().split("## References")[0]
+    prose = re.sub(r"\{\{.*?\}\}|\{#.*?#\}", " ", source, flags=re.S)
+    prose = "\n".join(line for line in prose.splitlines() if not line.startswith("#"))  # headings: section numbers
+    typed = re.findall(r"(?<![\w.§])[-+±]?\d+(?:\.\d+)?%|(?<![\w.:§])\d+\.\d+(?![\w.])", prose)
+    typed = [t for t in typed if t not in ("95%", "5%")]  # the interval's level and Holm's family-wise rate
+    assert typed == [], f"numbers typed into the prose: {typed}"
+
+
+def test_the_readme_states_the_answer_as_the_estimates_file_has_it():
+    """The README's first screen states the robust study's answer, each number as the estimates file says."""
+    est = read_estimates(ESTIMATES / "robust.json")
+    head = " ".join((REPO_ROOT / "README.md").read_text().splitlines()[:40])  # the first screen, as one line
+    from xsa.report.writing import size
+    for key in ("primary", "two_heads"):
+        assert size(est[key]) in head, f"README: robust.{key} is {size(est[key])}"
+    assert f"{est['primary'].n} paired seeds" in head
+    from xsa.report.writing import num, pct
+    assert f"single-run {pct(est['primary'].seed_paper)} at d12" in head
+    assert (f"{num(est['cpu_w64_d4_params'].value / 1e6, 1)}-{num(est['cpu_w128_d4_params'].value / 1e6, 1)} M "
+            "parameters") in head
+    assert (f"{num(est['cpu_w128_d4_tokens_per_param'].value, 1)}-{num(est['cpu_w64_d4_tokens_per_param'].value, 1)} "
+            "training tokens per parameter") in head
+    assert "(in progress)" not in (REPO_ROOT / "README.md").read_text()
+
+
+def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
+    """README, Extending: a metric recorded in summary.json becomes a row of the effects table, an estimate
+    of the main comparison and a header of the paper, from one Metric entry."""
+    from xsa.report import metrics
+    from test_report import SMOKE, write_run
+    monkeypatch.setitem(metrics.METRICS, "train_loss_final", metrics.Metric(
+        "train_loss_final", "final training loss", "train loss", "nats", True, "summary.json:train_loss_final"))
+    study = Study(name="t", scale="test scale", runs=tuple(a.run(s) for s in range(3) for a in SMOKE.arms()),
+                  main=(SMOKE,))
+    for run in study.runs:
+        write_run(tmp_path, run, 1.5)
+        path = tmp_path / "runs" / run.run_id / "summary.json"
+        summary = json.loads(path.read_text())
+        atomic_write_json(path, {**summary, "train_loss_final": 3.0 - 0.1 * bool(run.config().model.xsa_alpha)})
+    built = report.build(study, tmp_path)
+    rows = [r for r in built["tables"]["effects"] if r["metric"] == "train_loss_final"]
+    assert len(rows) == 1 and rows[0]["rel"] == pytest.approx(-0.1 / 3.0)
+    assert built["estimates"]["t"]["primary_train_loss_final"].value == pytest.approx(-0.1 / 3.0)
+    # a record that predates the metric: not recorded, with the reason
+    assert metrics.missing_reason({"summary": {"val_bpb": 1.0}}, "train_loss_final") == \
+        "not recorded: summary.json predates train_loss_final"
+
+
+PDF = REPO_ROOT / "paper" / "paper.pdf"
+
+
+@pytest.mark.skipif(not (__import__("shutil").which("pdftoppm") and __import__("shutil").which("pdftotext")
+                         and PDF.exists()), reason="needs poppler-utils (pdftoppm, pdftotext) and paper/paper.pdf")
+def test_the_pdf_reads_as_a_paper(tmp_path):
+    """The committed PDF: its title is the paper's, the main text is at most 10 pages, no page is more than
+    40% blank (the longest run of empty rows in the printable area), and the last page is not an orphan."""
+    import subprocess
+    from PIL import Image
+    info = subprocess.run(["pdfinfo", str(PDF)], capture_output=True, text=True).stdout
+    assert "Title:           Exclusive Self-Attention under Muon" in info
+    pages = int(re.search(r"Pages:\s+(\d+)", info).group(1))
+    text = [subprocess.run(["pdftotext", "-f", str(i), "-l", str(i), "-layout", str(PDF), "-"], capture_output=True,
+                           text=True).stdout for i in range(1, pages + 1)]
+    appendix = next(i for i, t in enumerate(text) if "Appendix A." in t)
+    assert appendix + 1 <= 10, f"the main text runs to page {appendix + 1}"
+    subprocess.run(["pdftoppm", "-png", "-r", "50", str(PDF), str(tmp_path / "pg")], check=True)
+    for i, f in enumerate(sorted(tmp_path.glob("pg-*.png"))):
+        a = np.asarray(Image.open(f).convert("L"))
+        top, bottom = int(a.shape[0] * 14 / 297), int(a.shape[0] * 283 / 297)
+        rows = (a[top:bottom] < 180).any(axis=1)
+        run = longest = 0
+        for dark in rows:
+            run = 0 if dark else run + 1
+            longest = max(longest, run)
+        blank = longest / (bottom - top)
+        if i + 1 < pages:
+            assert blank <= 0.40, f"page {i + 1} is {blank:.0%} blank"
+        else:
+            assert rows.mean() > 0.1, f"the last page holds almost nothing ({rows.mean():.0%} of its rows)"
+
+
+def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_runs(tmp_path, monkeypatch):
+    import nbformat
+
+    from xsa import paper
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "# A title\n\nText."})]
+    nb.cells = [cell]
+    executed = tmp_path / "05_paper.ipynb"
+    nbformat.write(nb, str(executed))
+    out_dir = tmp_path / "paper"
+    out_dir.mkdir()
+    (out_dir / "paper.pdf").write_bytes(b"%PDF- an older build")
+    monkeypatch.setattr(paper, "pdf_engine", lambda: None)
+    out = paper.export_paper(executed, out_dir)
+    assert out["pdf"] is None and not (out_dir / "paper.pdf").exists()
+    assert "<title>A title</title>" in (out_dir / "paper.html").read_text()  # the PDF's title, where one is printed
+    # the paper's date: the newest record of the runs it reads, never another study's (an ignored smoke run)
+    for run, date in (("mine_s0", "2026-01-02T00:00:00+00:00"), ("smoke_base_s0", "2026-12-31T00:00:00+00:00")):
+        atomic_write_json(tmp_path / "runs" / run / "provenance.json", {"date": date})
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert paper.source_date(tmp_path, ["mine_s0"]).isoformat() == "2026-01-02T00:00:00+00:00"
+    assert paper.source_date(tmp_path).isoformat() == "2026-12-31T00:00:00+00:00"
