@@ -381,6 +381,9 @@ def test_the_paper_notebook_finds_the_records_from_any_folder():
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     assert "results_dir = None" in params.source  # resolved from the package (default_layout), not the cwd
     assert "default_layout" in "".join(c.source for c in nb.cells)
+    from xsa.studies import STUDIES
+    study_line = next(line for line in params.source.splitlines() if line.startswith("study ="))
+    assert all(name in study_line for name in STUDIES), "the parameter's comment names every study"
 
 
 @pytest.mark.skipif(not __import__("shutil").which("chromium"), reason="the committed PDF is Chromium's print")

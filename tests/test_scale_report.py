@@ -84,8 +84,9 @@ def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
     shutil.copytree(runs, tmp_path / "runs", ignore=lambda d, names: [n for n in names if d == str(runs) and not (
         n.startswith("cpu-w") and int(n.rsplit("_s", 1)[1]) < 200)])
     book = scale_book(tmp_path)
-    assert book["length_x4"].value is None and "not run" in book["length_x4"].reason
+    assert book["length_x4"].value is None and book["length_x4"].reason == "not declared yet"
     assert book["runs_done"].value == 0 and book["levels_with_pairs"].value == 0  # x1 and 2 heads are the robust study's
     assert "prediction_d12" not in book
     rows = {r["level"]: r for r in scale_table(book, tmp_path)}
-    assert rows["length x4"]["status"].startswith("not run") and rows["length x1"]["status"] == "complete"
+    assert rows["length x4"]["status"] == "not declared yet" and rows["length x1"]["status"] == "complete"
+    assert rows["length x1/3"]["status"] == "not run"  # declared (its LR is the robust study's), no records yet

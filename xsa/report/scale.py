@@ -59,7 +59,7 @@ def level_estimates(results: Path, study) -> dict:
             pair = study.comparison(name)
         except KeyError:
             out[name] = dict(key=name, value=None, lo=None, hi=None, n=0, declared=0, p=None,
-                             status="not run (its learning-rate bracket has not selected yet)")
+                             status="not declared yet")  # its learning-rate bracket has not selected
             continue
         seeds = declared_seeds(study, pair)
         out[name] = _estimate(name, condition(results, pair, seeds), len(seeds), runs=_used(results, pair, seeds))
