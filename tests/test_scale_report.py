@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from xsa.records import REPO_ROOT
+from xsa.records import REPO_ROOT, atomic_write_json, read_json
 from xsa.report.scale import fig_scale, scale_book, scale_estimates, scale_table
 from xsa.studies import get_study
 
@@ -43,6 +43,13 @@ def results(tmp_path_factory):
         for run in get_study("scale", out).runs:
             if not (out / "runs" / run.run_id / "summary.json").exists():
                 record(out, run, bpb(run) * (1 + 0.0005 * math.sin(run.seed)))
+    for run in get_study("scale", out).runs:  # a gate run's learned strengths: 0.5 everywhere, 0.1 in layer 0
+        m = run.config().model
+        if m.xsa_gate:
+            path = out / "runs" / run.run_id / "summary.json"
+            gates = [[(0.1 if layer == 0 else 0.5) + 0.01 * math.sin(run.seed + h) for h in range(m.n_head)]
+                     for layer in range(m.n_layer)]
+            atomic_write_json(path, {**read_json(path), "learned_gates": gates})
     return out
 
 
@@ -90,3 +97,40 @@ def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
     rows = {r["level"]: r for r in scale_table(book, tmp_path)}
     assert rows["length x4"]["status"] == "not declared yet" and rows["length x1"]["status"] == "complete"
     assert rows["length x1/3"]["status"] == "not run"  # declared (its LR is the robust study's), no records yet
+
+
+def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
+    """With every level recorded (made up here), §4 states the d12 prediction from the estimates, its
+    figure shown and referred to; before, it says the study is in progress (tests/test_paper_text.py)."""
+    from xsa.report.estimates import Book, read_estimates
+    from xsa.report.writing import render, template_for
+    book = {f.stem: read_estimates(f) for f in (REPO_ROOT / "results" / "estimates").glob("*.json") if f.stem != "smoke"}
+    scale = scale_book(results)
+    book["scale"] = scale
+    figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects", "scale")}
+    blocks = render(template_for("default").read_text(), Book(book), figures, lambda name, **kw: "", dict(
+        study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale")))
+    text = "".join(v for k, v in blocks if k == "markdown")
+    section = text.split("## 4. Scale")[1].split("## 5.")[0]
+    assert "The model predicts a change of" in section and "in progress" not in section
+    lo, hi = (f"{100 * x:+.2f}%" for x in (scale["prediction_d12"].lo, scale["prediction_d12"].hi))
+    assert lo in section and hi in section
+    assert ("figure", "scale") in blocks
+    assert "strength each layer and head" in section  # the gate table, shown and referred to
+
+
+def test_the_gate_map_has_every_layer_and_head_of_both_gate_levels_with_intervals(results, tmp_path):
+    from xsa.report.scale import gate_table
+    est = scale_estimates(results)
+    rows, book = gate_table(est), scale_book(results, est)
+    assert {r["level"] for r in rows} == {"gate at width 64", "gate at 8 heads"} and book["gate_rows"].value == len(rows)
+    assert len([r for r in rows if r["level"] == "gate at 8 heads"]) == 4 * 8  # 4 layers x 8 heads
+    first = [r for r in rows if r["layer"] == 0]
+    assert all(r["ci"].hi < 0.2 for r in first) and all(r["ci"].lo > 0.4 for r in rows if r["layer"] > 0)
+
+
+def test_a_scale_record_that_is_not_whole_stops_the_section_naming_its_file(results, tmp_path):
+    from xsa.report.integrity import RecordError
+    from xsa.report.scale import scale_section
+    with pytest.raises(RecordError, match="provenance.json: missing"):  # the made-up records have none
+        scale_section(get_study("default"), results, tmp_path)

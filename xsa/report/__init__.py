@@ -209,9 +209,10 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
         tables["setup"] = setup_table(study, robust["study"])
         tables["runs"] = every_run_table([(study.name, every), (robust["study"].name, robust["runs"]),
                                           *robust["archived_runs"]])
-    tables["scale"], figures_scale = [], None
+    tables["scale"], tables["scale_gates"], figures_scale = [], [], None
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
-        estimates[study.prediction], tables["scale"], figures_scale = scale_section(study, results_dir, figures_dir)
+        estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir)
+        tables.update(scale_tables)
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
     tables["claims"] = claims_table(study, estimates)
@@ -282,6 +283,7 @@ DISPLAY = {
                    "excludes_seed_paper", "p_holm", "status"],
     "lr_selection": ["grid", "preset", "matrix_lr", "n", "val_bpb", "selected"],
     "scale": ["level", "n", "declared", "rel", "rel_ci95", "p_holm", "status", "first_record"],
+    "scale_gates": ["level", "layer", "head", "n", "value", "ci"],
 }
 PERCENT = {"val_bpb_rel", "core_bpb_rel", "rel", "rel_vs_base", "rel_ci95", "pilot_rel_sd", "seed_paper_effect_rel",
            "rel_sd", "rel_ci_half_width", "rel_ci_half_width_first8", "overhead", "overhead_ci95"}
@@ -308,7 +310,7 @@ HEADERS = {
     "stage": "stage", "cpu_min_per_run": "CPU min/run", "wall_min_per_run": "wall min/run",
     "cpu_hours": "CPU h", "wall_hours": "wall h", "recipe": "recipe", "d_val_bpb_vs_base": "difference",
     "rel_vs_base": "relative", "seed": "seed", "condition": "condition", "excludes_zero": "excl. 0",
-    "excludes_seed_paper": "excl. seed paper", "p_holm": "Holm p", "level": "level", "declared": "declared", "first_record": "first record (UTC)", "status": "records", "grid": "grid",
+    "excludes_seed_paper": "excl. seed paper", "p_holm": "Holm p", "level": "level", "declared": "declared", "first_record": "first record (UTC)", "head": "head", "value": "learned strength", "ci": "95% CI", "status": "records", "grid": "grid",
     "selected": "selected", "key": "estimate key", "study": "study", "cpu_s": "train CPU s", "eval_cpu_s": "CORE + diag. CPU s",
     "wall_s": "wall s", "contexts": "context T", "params": "params", "matrix_lrs": "matrix LRs run",
     "xsa_layers": "XSA layers", "studies": "studies",
@@ -317,7 +319,7 @@ HEADERS = {
 # integers with thousands separators, and fewer digits where four say nothing
 DIGITS = {"tokens_per_param": 2, "tokens_per_scaling_param": 1, "matrix_lr": 3, "wall_min": 1, "cpu_min": 1, "cpu_min_per_run": 1,
           "wall_min_per_run": 1, "cpu_hours": 1, "wall_hours": 1, "baseline_tok_per_s": 0, "xsa_tok_per_s": 0,
-          "core": 4, "p_holm": 3}
+          "core": 4, "p_holm": 3, "value": 3}
 
 
 def _percent(value, signed: bool = True):

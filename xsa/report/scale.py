@@ -25,7 +25,7 @@ from xsa.records import read_json
 from xsa.report.estimates import Estimate, fact, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
-from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
+from xsa.stats import Interval, holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
 from xsa.study_scale import SECONDARY
 
@@ -266,6 +266,8 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
         cfg = make_config(preset)
         book[key] = fact(key, cfg.num_tokens / scaling_params(cfg.model), "tokens per parameter",
                          f"{preset}: training tokens per block-matrix-and-head parameter (nanochat's unit)")
+    book["gate_rows"] = fact("gate_rows", len(est["gate map"]), "rows",
+                             "layer-and-head rows of the gate arms' learned strengths recorded")
     for target, where in TARGETS.items():  # the conditions the model predicts (xsa/predict.py)
         for axis, v in where.items():
             book[f"{target}_{axis}"] = fact(f"{target}_{axis}", v, axis, f"{target} as the model predicts it: {axis}")
@@ -299,8 +301,8 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
 
 
 def scale_section(study, results_dir, figures_dir):
-    """The study's prediction study (scale): its estimates, its table of levels and its figure (None
-    before its model can fit). Its finished records are checked whole first; runs still training or
+    """The study's prediction study (scale): its estimates, its tables (the levels, and the learned
+    gate per layer and head) and its figure (None before its model can fit). Its finished records are checked whole first; runs still training or
     not declared yet are its interim state, which the table and the text say."""
     results_dir = Path(results_dir)
     scale = get_study(study.prediction, results_dir)
@@ -312,4 +314,9 @@ def scale_section(study, results_dir, figures_dir):
     est = scale_estimates(results_dir)
     book = scale_book(results_dir, est)
     figure = fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale") if est.get("fit") else None
-    return book, scale_table(book, results_dir), figure
+    return book, {"scale": scale_table(book, results_dir), "scale_gates": gate_table(est)}, figure
+
+
+def gate_table(est: dict) -> list[dict]:
+    """The learned gate per level, layer and head, each with its interval over seeds (the table's rows)."""
+    return [{**g, "ci": Interval(g["lo"], g["hi"])} for g in est["gate map"]]
