@@ -44,3 +44,16 @@ def test_every_override_reaches_the_training_command():
     from xsa.train import parser, run_of_args
     run = Run.of("d12", seed=3, recipe="nanochat-324e69c", backout=False, xsa_alpha=1.0)
     assert run_of_args(parser().parse_args(gs.train_args(run))) == run
+
+
+def test_an_adaptive_study_is_passed_over_until_it_declares_nothing_left(monkeypatch):
+    """d12-test declares its next block of pairs once the last is trained: main() passes again until a
+    pass finds nothing to train; a fixed study (gpu) gets one pass."""
+    import xsa.gpu_study as g
+    passes = {"d12-test": [[["a"]], [["b"]], []], "gpu": [[["c"]], [["d"]]]}  # each pass: its commands
+    ran = []
+    monkeypatch.setattr(g, "commands", lambda study, nproc, batch=None: passes[study.name].pop(0))
+    monkeypatch.setattr(g.subprocess, "run", lambda cmd: ran.append(cmd) or type("R", (), {"returncode": 0})())
+    assert g.main(["--study", "d12-test", "--nproc", "8"]) == 0 and ran == [["a"], ["b"]]
+    ran.clear()
+    assert g.main(["--study", "gpu", "--nproc", "8"]) == 0 and ran == [["c"]]
