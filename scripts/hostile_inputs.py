@@ -22,6 +22,7 @@ from hostile_common import (ADD, REPO, RUN, Env, digest, edit, judge_error, line
 
 ROBUST_RUN = "cpu-w64-d4_xsa1-compiled-mlr0.08_s100"  # a run of the robust study's primary comparison
 ARCHIVED = Path("archive") / "30bc3ae" / "runs"
+SCALE_RUN = "cpu-w64-d4-s1536_base-compiled-mlr0.08_s200"  # a finished record of the scale study (its x4 bracket)
 
 
 def nan_throughput(results: Path):
@@ -60,6 +61,11 @@ INPUT_DAMAGES = {  # name: (damage of the results folder, a path the refusal mus
     "middle evaluations removed from metrics.jsonl": (
         lambda r: lines_edit(r / "runs" / RUN / "metrics.jsonl", lambda t: "".join(
             x for x in t.splitlines(keepends=True) if json.loads(x)["step"] not in (96, 192, 288))), RUN),
+    "scale study: NaN val bpb in a record's summary": (
+        lambda r: edit(r / "runs" / SCALE_RUN / "summary.json", val_bpb=float("nan")), SCALE_RUN),
+    "scale study: another seed's summary.json copied in": (
+        lambda r: shutil.copy(r / "runs" / SCALE_RUN.replace("_s200", "_s201") / "summary.json",
+                              r / "runs" / SCALE_RUN / "summary.json"), SCALE_RUN),
 }
 
 
@@ -75,6 +81,16 @@ def input_paper_cases(env: Env) -> list:
         built = (case / "paper").exists() or (case / "results" / "tables").exists()
         out.append(("inputs", name, "unclear" if verdict == "clear" and built else verdict, res.returncode,
                     tail(res)))
+    # an estimates file of a study this paper does not build (the text may read it), damaged: a paper
+    # that does not read it is right; one that does must stop naming it before writing anything
+    case = env.fresh()
+    (case / "results" / "estimates").mkdir()
+    (case / "results" / "estimates" / "gpu.json").write_text("[]")
+    res = paper(env, case)
+    built = (case / "paper").exists() or (case / "results" / "tables").exists()
+    v = ("clear" if built else "unclear") if res.returncode == 0 else judge_error(res, "gpu.json")
+    out.append(("inputs", "an estimates file of another study damaged (a JSON list)",
+                "unclear" if v == "clear" and res.returncode and built else v, res.returncode, tail(res)))
     # asked for on purpose: a robust-study run left out, an interim paper
     for name, extra, said in (("--leave-out of a robust-study run", ("--leave-out", ROBUST_RUN),
                                f"{ROBUST_RUN} is left out by choice"),

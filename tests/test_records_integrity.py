@@ -251,6 +251,46 @@ def test_every_other_input_of_the_paper_is_checked(results, damage):
         validate(STUDY, results)
 
 
+def test_a_damaged_estimates_file_of_another_study_stops_the_paper_before_anything_is_written(results):
+    """The text may read the estimates of a study built elsewhere (results/estimates/<study>.json):
+    one that is not an estimates file is named by the record check, not a traceback after the tables."""
+    from xsa.report.estimates import read_estimates
+    est = results / "estimates"
+    est.mkdir()
+    (est / "default.json").write_text("[]")  # this build's own: replaced, never read
+    (est / "gpu.json").write_text('{"study": "gpu", "estimates": [{"key": "x", "value": 1.0, "runs": []}]}')
+    assert check_records(STUDY, results) == []
+    for text, why in (("[]", "not an estimates file"), ('{"estimates": [{"key": "x"', "corrupt JSON"),
+                      ('{"estimates": [{"key": "x", "runs": [], "colour": 1}]}', "not an estimates file")):
+        (est / "gpu.json").write_text(text)
+        with pytest.raises(ValueError, match=f"gpu.json: {why}"):
+            read_estimates(est / "gpu.json")
+        problems = check_records(STUDY, results)
+        assert len(problems) == 1 and f"{est / 'gpu.json'}: {why}" in problems[0], problems
+        with pytest.raises(report.RecordError, match="nothing was written"):
+            validate(STUDY, results)
+
+
+SCALE_RUN = "cpu-w64-d4-s1536_base-compiled-mlr0.08_s200"  # a finished record of the scale study (its x4 bracket)
+
+
+@pytest.mark.parametrize("damage", ["nan", "another seed"])
+def test_a_damaged_record_of_the_scale_study_stops_the_paper_naming_it(results, damage):
+    """The default paper carries the scale study's section: a finished record of it that is not whole
+    stops the build naming the file, before any estimates file or table is written."""
+    run = results / "runs" / SCALE_RUN
+    if damage == "nan":
+        edit_json(run / "summary.json", val_bpb=float("nan"))
+        expected = f"{run / 'summary.json'}: val_bpb is nan"
+    else:
+        shutil.copy(results / "runs" / SCALE_RUN.replace("_s200", "_s201") / "summary.json", run / "summary.json")
+        expected = f"{run / 'summary.json'}: config hash"
+    with pytest.raises(report.RecordError, match="cannot make the scale section") as e:
+        report.build(STUDY, results)
+    assert expected in str(e.value), str(e.value)
+    assert not (results / "estimates").exists() and not (results / "tables").exists()
+
+
 def test_reading_a_record_refuses_repeated_or_earlier_steps(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 0}\n{"step": 1}\n{"step": 1}\n')

@@ -2,9 +2,12 @@
 limits, run as the caller) stays closed. The OS layers are tested with the in-process guard off
 (guard=False), so the guard, which Python can undo, is not what holds."""
 
+import os
 import secrets
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from xsa.evaluate import chat, sandbox
+from xsa.records import REPO_ROOT
 
 LONG = 60.0  # for programs that end on their own: the limit matters only on a starved machine
 ADD = {"prompt": 'def add(a, b):\n    """Add two numbers."""\n', "entry_point": "add",
@@ -249,3 +253,27 @@ def test_the_outcome_records_the_active_layers():
     assert outcome == (True, "passed") and outcome.layers == sandbox.protections()
     assert {"rlimits", "no-new-privs", "empty-env", "guard"} <= set(outcome.layers)
     assert "guard" not in sandbox.run_program("pass\n", timeout=LONG, guard=False).layers
+
+
+def test_an_interpreter_reached_through_a_symlink_keeps_every_layer(tmp_path):
+    """A virtual environment reached through a symlink (a `.venv` linked to a shared one) is bound into
+    the fresh root like any prefix: the same layers as through its real path, not a weaker tier
+    chosen in silence, and a program still sees none of the host's files."""
+    real = Path(os.path.realpath(sys.prefix))
+    (tmp_path / "venv").symlink_to(real)
+    code = ("import sys\nfrom xsa.evaluate import chat, sandbox\nprint(sys.prefix)\nprint(','.join(sandbox.protections()))\n"
+            "print(chat.run_humaneval(" + repr(ADD) + ", '```python\\nopen(\"/etc/hostname\")\\n"
+            "def add(a, b):\\n    return a + b\\n```', timeout=60)[0])\n")
+
+    def seen(prefix: Path) -> list[str]:
+        out = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    through_link = seen(tmp_path / "venv")
+    if not (real / "bin" / "python").exists() or through_link[0] != str(tmp_path / "venv"):
+        pytest.skip(f"this interpreter resolves its prefix ({through_link[0]}): no symlinked prefix to bind")
+    assert through_link[1:] == seen(real)[1:]
+    if "mount-namespace" in through_link[1]:
+        assert through_link[2] == "False"  # the host's /etc is not there

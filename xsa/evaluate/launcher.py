@@ -113,8 +113,10 @@ def _enter_new_root(new: str, home: str, uid: int) -> None:
     os.umask(0o022)
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for path in _visible_dirs():
-        if os.path.islink(path):  # /bin -> usr/bin on merged-/usr systems
-            os.symlink(os.readlink(path), new + path)
+        if os.path.islink(path):  # /bin -> usr/bin on merged-/usr systems; a virtual environment's link
+            # to its folder elsewhere: a link to where it resolves (which is bound too), under its own parents
+            os.makedirs(os.path.dirname(new + path), exist_ok=True)
+            os.symlink(os.path.realpath(path), new + path)
         elif os.path.isdir(path):
             os.makedirs(new + path, exist_ok=True)
             _bind(path, new + path, MS_RDONLY | MS_NOSUID | MS_NODEV)

@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from xsa.records import atomic_write_text
+from xsa.records import atomic_write_text, read_json
 from xsa.report import metrics as M
 from xsa.report.records import metric as metric_of, per_seed
 from xsa.stats import Interval, contrast, differences, holm, mean_ci, relative_differences, t_pvalue
@@ -198,9 +198,13 @@ def write_estimates(est: dict, out_dir, name: str) -> None:
 
 
 def read_estimates(path) -> dict:
-    """{key: Estimate} of one estimates file."""
-    data = json.loads(open(path).read())
-    return {r["key"]: Estimate(**{**r, "runs": tuple(r["runs"])}) for r in data["estimates"]}
+    """{key: Estimate} of one estimates file; a file that is not one (corrupt, another shape, fields
+    an Estimate lacks) is a ValueError naming it."""
+    data = read_json(path)  # names the file if it is not JSON
+    try:
+        return {r["key"]: Estimate(**{**r, "runs": tuple(r["runs"])}) for r in data["estimates"]}
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: not an estimates file ({type(e).__name__}: {e})") from None
 
 
 @dataclass

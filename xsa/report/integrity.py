@@ -25,7 +25,8 @@ GPU study's run folders, where there are any, are whole records of its declared 
 table reads them beside any paper). A study with a robustness table is checked with its adaptive
 study: every run that study declares is whole too (diagnostics aside: they need the weights, which
 only the machine that trained a run holds); an interim paper (`interim=True`) checks only the runs
-of that study that have a summary.
+of that study that have a summary. An estimates file of another study the paper's text may read
+(results/estimates/*.json, but those this build writes) must read as one.
 
 Any failure raises RecordError listing every file and what is wrong with it. A run the user leaves
 out on purpose (`leave_out`, of either study) is not checked, and the paper names it.
@@ -38,6 +39,7 @@ import math
 from pathlib import Path
 
 from xsa.records import read_json
+from xsa.report.estimates import read_estimates
 
 
 class RecordError(ValueError):
@@ -300,6 +302,22 @@ def gpu_problems(study, results_dir) -> list[str]:
             for p in _run_problems(gpu, run, root / run.run_id, diagnostics=False)]
 
 
+def estimates_problems(study, results_dir) -> list[str]:
+    """The estimates files of other studies the paper's text may read (results/estimates/*.json, a
+    study built on another branch, say), each readable as one: the build replaces only its own, and a
+    damaged file found after the tables are written would stop the paper half-written."""
+    own = {study.name, study.robustness, study.prediction} | ({"archive"} if study.robustness else set())
+    problems = []
+    for path in sorted((Path(results_dir) / "estimates").glob("*.json")):
+        if path.stem in own:
+            continue
+        try:
+            read_estimates(path)
+        except (OSError, ValueError) as e:
+            problems.append(str(e) if str(path) in str(e) else f"{path}: {e}")
+    return problems
+
+
 def studies_checked(study, results_dir) -> list:
     """The study and the adaptive study its robustness table reads (declared from the records)."""
     from xsa.studies import get_study
@@ -330,7 +348,7 @@ def check_records(study, results_dir, leave_out=(), interim: bool = False) -> li
         for run in runs:
             problems += _run_problems(other, run, root / run.run_id, diagnostics=False)
     return (problems + throughput_problems(study, results_dir) + archive_problems(study, results_dir)
-            + gpu_problems(study, results_dir))
+            + gpu_problems(study, results_dir) + estimates_problems(study, results_dir))
 
 
 def check_present(study, results_dir, leave_out=()) -> list[str]:
