@@ -14,9 +14,10 @@ preset's layout (12 layers, 78 Muon matrices in 4 shapes) at a small width and a
   this is a proxy for the GPU's count, not that count.
 
 The step is the d12 preset's on 8 ranks: one micro-batch of forward and backward (32 rows of 2^19 /
-8 = 65,536 tokens), then AdamW (fused on CUDA: counted as the fused call) and Muon. A rank updates
-the Muon matrices it owns (about 1/8); the counts below are for one process owning all of them
-(the per-rank share of the optimizer is then smaller still).
+8 = 65,536 tokens), then AdamW (fused on CUDA: counted as the fused call) and Muon. The counts are
+for one process owning every Muon matrix. On 8 ranks a rank updates about 1/8 of them: the
+per-matrix path then launches about 1/8 as many kernels, the stacked one about as many (a stack per
+shape either way, each holding fewer matrices); the collectives come on top of both.
 
     PYTHONPATH=. .venv/bin/python scripts/optimizer_share.py [--compiled]
 
