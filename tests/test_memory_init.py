@@ -86,6 +86,8 @@ def _rank_worker(rank, world, port, out):
     full = opt.full_state_dict()
     if rank == 0:
         torch.save({"params": [p.detach() for p in params], "state": full, "held": held}, out)
+    # a rank that leaves the group while the other still receives its last broadcast aborts (gloo)
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -119,6 +119,8 @@ def _rank_worker(rank, world, port, out):
     state = muon.full_state_dict()
     if rank == 0:
         torch.save({"params": [p.detach() for p in params], "state": state}, out)
+    # a rank that leaves the group while the other still receives its last broadcast aborts (gloo)
+    dist.barrier()
     dist.destroy_process_group()
 
 
