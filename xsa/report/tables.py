@@ -12,10 +12,12 @@ import io
 import math
 from pathlib import Path
 
+from xsa.config import scaling_params
+from xsa.presets import PRESETS, make_config
 from xsa.records import atomic_write_text
 from xsa.report.metrics import effect_metrics, relative
-from xsa.report.records import by_arm, complete, metric, per_seed
-from xsa.studies import SEED_PAPER
+from xsa.report.records import _scalar, by_arm, complete, load_runs, metric, per_seed
+from xsa.studies import SEED_PAPER, get_study
 from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 
@@ -296,7 +298,6 @@ DIAG_EFFECT_KEYS = tuple(k for k in DIAG_KEYS if k != "cos_z_v")
 
 
 def diagnostics_table(runs, arms) -> list[dict]:
-    from xsa.report.records import _scalar
     rows = []
     for arm, rs in by_arm([r for r in runs if r["arm"] in arms and complete(r)]).items():
         layers = [(r["diagnostics"] or {}).get("layers") or [] for r in rs]
@@ -337,8 +338,6 @@ def lr_range(lrs) -> str:
 def setup_table(*studies) -> list[dict]:
     """What each preset of the studies trains (from the presets and the studies' runs, not from prose):
     its shape, its horizon, and every condition run on it (context lengths, matrix LRs, where XSA is)."""
-    from xsa.config import scaling_params
-    from xsa.presets import PRESETS, make_config
     runs = [r for s in studies for r in s.runs]
     rows = []
     for p in sorted({r.preset for r in runs}, key=list(PRESETS).index):
@@ -366,8 +365,6 @@ def setup_table(*studies) -> list[dict]:
 def gpu_table(results_dir) -> list[dict]:
     """Our GPU-scale runs (the gpu study), when their records exist, with the recipe each used; else
     no rows."""
-    from xsa.report.records import load_runs
-    from xsa.studies import get_study
     gpu = get_study("gpu")
     runs = load_runs(results_dir, [r.run_id for r in gpu.runs])
     recipes = {p.name: p.a.config().recipe for p in gpu.main}
