@@ -21,7 +21,10 @@ from xsa.studies import SEED_PAPER, get_study
 from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 
+# the metric table's metrics (xsa/report/metrics.py) each table shows as columns: an arm's mean and
+# 95% CI, and in the main table, for a relative metric, the paired change against the baseline
 RUN_METRICS = ("val_bpb", "core", "chatcore")
+MAIN_METRICS = ("val_bpb", "core", "core_bpb")
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
 
 
@@ -190,10 +193,10 @@ def main_table(runs, pairs) -> list[dict]:
         for arm, label in ((pair.a, "baseline"), (pair.b, "XSA a=1")):
             rs = [r for r in groups.get(arm.name, []) if complete(r)]
             row = dict(source="ours", scale=pair.name, arm=label, n=len(rs))
-            for k in ("val_bpb", "core", "core_bpb"):
+            for k in MAIN_METRICS:
                 st = mean_ci(metric(r, k) for r in rs)
                 row[k], row[f"{k}_ci95"] = st["mean"], st["ci"]
-                if k != "core":  # CORE near chance: its relative change means nothing (see effects)
+                if relative(k):  # not CORE: near chance its relative change means nothing (see effects)
                     row[f"{k}_rel"] = effect(runs, pair.a, pair.b, k)["rel_mean"] if arm is pair.b else None
             rows.append(row)
     for depth, arms in SEED_PAPER.items():
@@ -201,9 +204,9 @@ def main_table(runs, pairs) -> list[dict]:
             row = dict(source="theirs (seed paper)", scale=f"{depth} (GPU, theirs)",
                        arm="baseline" if variant == "base" else "XSA a=1", n=1)
             base = arms["base"]
-            for k in ("val_bpb", "core", "core_bpb"):
+            for k in MAIN_METRICS:
                 row[k], row[f"{k}_ci95"] = nums.get(k), Interval(None, None)
-                if k != "core":
+                if relative(k):
                     row[f"{k}_rel"] = ((nums[k] - base[k]) / abs(base[k]) if variant == "xsa1" and k in nums
                                        else None)
             rows.append(row)
