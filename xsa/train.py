@@ -294,7 +294,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     timers.start_log()
     while step < end:
         loss = step_fn(step, (loader.get(step, m) for m in range(grad_accum)), grad_accum)
-        step, timers.steps = step + 1, timers.steps + 1
+        step += 1
+        timers.steps += 1  # the updates of this log window
         if is_ddp:  # one scalar per step, no host sync
             dist.all_reduce(loss)
             loss /= world
