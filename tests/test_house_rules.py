@@ -31,9 +31,7 @@ KNOWN = {
     "upward": set(),
     "circles": set(),
     # modules whose imports inside functions are not yet moved to the top or given their reason
-    "lazy_modules": {"xsa.report", "xsa.report.figures", "xsa.report.integrity", "xsa.report.tables",
-                     "xsa.gpu_check", "xsa.prereg", "xsa.studies", "xsa.optim",
-                     "xsa.evaluate.sandbox", "xsa.evaluate.launcher"},
+    "lazy_modules": {"xsa.report"},
 }
 
 

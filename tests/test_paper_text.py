@@ -1,6 +1,7 @@
 """The estimates layer and the written text: estimates recomputed independently from the raw records,
 a verdict that its data no longer supports stops the build naming its sentence, the paper's own
-template renders from the committed estimates, and a new metric is one entry of the metric table."""
+template renders from the committed estimates, and a new metric is one entry of the metric table
+(and, as a column of the paper's main table, three lines beside it)."""
 
 import json
 import math
@@ -185,6 +186,20 @@ def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
     assert metrics.missing_reason({"summary": {"val_bpb": 1.0}}, "train_loss_final") == \
         "not recorded: summary.json predates train_loss_final"
 
+
+
+def test_a_metric_column_of_the_paper_has_its_header_and_its_format():
+    """A metric shown as a column (tables.MAIN_METRICS: its mean and, for a relative metric, its change
+    against the baseline) is in the paper's main table (report.DISPLAY) under a reader's header
+    (report.HEADERS), and every relative column the paper shows is a percentage (report.PERCENT):
+    a piece left out fails here rather than printing a raw key or a raw fraction in the paper."""
+    from xsa.report.metrics import relative
+    from xsa.report.tables import MAIN_METRICS
+    shown = [c for cols in [*report.DISPLAY.values(), report.DISPLAY_ARMS] for c in cols]
+    assert [c for c in shown if c not in report.HEADERS] == []
+    assert [c for c in shown if (c.endswith("_rel") or c.startswith("rel")) and c not in report.PERCENT] == []
+    columns = [c for k in MAIN_METRICS for c in (k, *([f"{k}_rel"] if relative(k) else []))]
+    assert [c for c in columns if c not in report.DISPLAY["main"]] == []
 
 PDF = REPO_ROOT / "paper" / "paper.pdf"
 

@@ -246,6 +246,32 @@ def test_mfu_subtracts_each_clocks_own_pause(smoke_data, tmp_path, monkeypatch):
     assert train_rows and all(r["mfu"] is not None and r["mfu"] > 0 for r in train_rows)
 
 
+def test_the_timers_leave_out_the_warm_up_window_and_the_pauses(monkeypatch):
+    """The run's timed training (its tok/s and MFU) adds each log window's seconds and tokens, less
+    the pauses, except the first window of a process, which holds its warm-up."""
+    import types
+
+    import xsa.train
+    now = [0.0]
+    fake = types.SimpleNamespace(perf_counter=lambda: now[0], time=lambda: now[0], process_time=lambda: now[0])
+    monkeypatch.setattr(xsa.train, "time", fake)
+    monkeypatch.setattr(xsa.train, "clock", lambda device: now[0] / 2)  # a device clock at half speed
+    timers, loop = xsa.train.Timers(torch.device("cpu")), xsa.train.Loop()
+    now[0] = 1.0  # the initial evaluation
+    timers.start_log()
+    timers.steps, now[0] = 2, 4.0
+    assert timers.close_log(loop, 10) == (3.0, 1.5, 20)  # logged, not timed: the warm-up
+    assert (loop.train_time_s, loop.train_clock_s, loop.timed_tokens) == (0.0, 0.0, 0)
+    timers.steps, now[0] = 1, 5.0
+    with timers.paused():
+        now[0] = 7.0
+    now[0] = 8.0
+    assert timers.close_log(loop, 10) == (2.0, 1.0, 10)
+    assert (loop.train_time_s, loop.train_clock_s, loop.timed_tokens, timers.steps) == (2.0, 1.0, 10, 0)
+    timers.add_run_time(loop)
+    assert (loop.wall_time_s, loop.cpu_time_s) == (8.0, 8.0)
+
+
 def test_evaluate_bpb_counts_bytes_not_specials():
     from xsa.bpb import evaluate_bpb
 

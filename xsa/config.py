@@ -6,9 +6,9 @@ and a run's overrides into a config, are data in xsa/presets.py.
 
 The rule for every field: **a new field's default reproduces the old behaviour.** A run record
 written before a field existed reads back (TrainConfig.from_dict, the one reader of recorded
-configs) with the field at its default, and
-is then the same run it was; a field whose default would change what a run computes is a new
-preset or recipe value, not a new default.
+configs: config.json, checkpoints, the pipeline's jobs) with the field at its default, and is then
+the same run it was; a field whose default would change what a run computes is a new preset or
+recipe value, not a new default.
 """
 
 from __future__ import annotations

@@ -42,13 +42,13 @@ from pathlib import Path
 
 import torch
 
+from xsa.common import autodetect_device
 from xsa.gpu_parts import PARTS, Check
+from xsa.records import REPO_ROOT, provenance
 
 
 def run_check(*, dry: bool, out: Path, batch: int | None = None, rounds: int | None = None,
               progress: bool = True) -> dict:
-    from xsa.common import autodetect_device
-    from xsa.records import provenance
     c = Check(dry=dry, out=Path(out), batch=batch or (4 if dry else 8), rounds=rounds or (4 if dry else 10),
               say=print if progress else (lambda *a, **k: None))
     c.device = torch.device("cpu") if dry else autodetect_device("cuda")
@@ -79,7 +79,6 @@ def _positive(text: str) -> int:
 
 def _out_path(args, p) -> Path:
     """The record's path, checked writable before any work (exit status 2 otherwise)."""
-    from xsa.records import REPO_ROOT
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     if args.out:
         out = Path(args.out).expanduser()

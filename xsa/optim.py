@@ -39,10 +39,13 @@ per-matrix path launches about 86 kernels per matrix; the stacked, compiled one 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 import torch.distributed as dist
+
+from xsa.config import scaling_params
 
 # Quintic Newton-Schulz (Keller Jordan's Muon): coefficients chosen to maximise the slope at zero,
 # so 5 steps bring small singular values up fast; the price is that the result is only roughly
@@ -354,9 +357,6 @@ def muon_weight_decay(cfg) -> float:
     (12 layers, 768 wide, 128-dim heads) at the same tokens:params ratio (base_train's T_epoch rule)."""
     if not cfg.weight_decay_scaling:
         return cfg.weight_decay
-    import dataclasses
-
-    from xsa.config import scaling_params
     ratio = cfg.param_data_ratio
     d12 = dataclasses.replace(cfg.model, n_layer=12, n_embd=768, n_head=6, n_kv_head=6,
                               xsa_layers="none", xsa_alpha=0.0, xsa_value="mixed", xsa_variant="xsa")

@@ -19,10 +19,12 @@ import math
 import sys
 from pathlib import Path
 
-from xsa.records import REPO_ROOT, atomic_write_text
 from xsa.design import detectable, half_width, slope_detectable
 from xsa.prereg_scale import scale_document
-from xsa.studies import get_study
+from xsa.records import REPO_ROOT, atomic_write_text
+from xsa.report.records import load_runs, per_seed
+from xsa.stats import mean_ci, relative_differences
+from xsa.studies import ADAPTIVE, HEADS_SEEDS, PRECISION, SECONDARY_SEEDS, get_study
 
 FILENAME = "preregistration.md"  # under <results>/<study>/
 
@@ -33,8 +35,6 @@ SIZED_BY = ("default", "cpu-w64-d4")
 def observed_sd(results: Path) -> tuple[float, int]:
     """The paired SD of the relative final val-bpb difference (XSA vs baseline) at the sizing
     comparison, from the committed records, and its seed count."""
-    from xsa.report.records import load_runs, per_seed
-    from xsa.stats import mean_ci, relative_differences
     study = get_study(SIZED_BY[0])
     pair = study.comparison(SIZED_BY[1])
     runs = load_runs(results, [r.run_id for r in study.runs if r.arm in pair.arms()])
@@ -52,7 +52,6 @@ def robust_document(results: Path) -> str:
     empty = results / ".prereg-empty"  # the rules' first step: what the study declares before any record
     study = get_study("robust", empty)
     sd, n_sd = observed_sd(results)
-    from xsa.studies import HEADS_SEEDS, PRECISION, SECONDARY_SEEDS
     lines = [
         f"# Pre-registration: the `{study.name}` study",
         "",
@@ -125,7 +124,6 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=str(REPO_ROOT / "results"), help="results folder (default: results/)")
     p.add_argument("--out", default=None, help="where to write (default: <results>/<study>/preregistration.md)")
     args = p.parse_args(argv)
-    from xsa.studies import ADAPTIVE
     if args.study not in ADAPTIVE:
         p.error(f"--study {args.study!r}: not a pre-registered adaptive study (choose from {', '.join(sorted(ADAPTIVE))})")
     results = Path(args.results)

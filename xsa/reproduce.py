@@ -38,9 +38,10 @@ from xsa.checkpoint import run_data_dir
 from xsa.config import RECORD_EXTRAS, TrainConfig, dict_hash
 from xsa.data import ensure_data
 from xsa.data.build import COMPLETE
+from xsa.data.shards import data_fingerprint
 from xsa.records import REPO_ROOT, atomic_write_json, cpu_identity, cpu_key, cpu_model, read_json, software_versions
 from xsa.spec import Run
-from xsa.train import data_fingerprint, train
+from xsa.train import train
 
 
 def seed_sd(run_dir: Path) -> tuple[float | None, int]:

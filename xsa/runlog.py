@@ -1,8 +1,9 @@
 """
 A run folder: the checks before a training writes into it (a new folder, an --overwrite, a
---resume of the same config), and its log when it is resumed: which lines of metrics.jsonl are kept, whether the line of the
-checkpoint's step must be redone, and whether the run is finished already (then a resume changes
-nothing: rewriting its summary would add the resume's seconds to the cost the paper reports).
+--resume of the same config on the same data), and its log when it is resumed: which lines of
+metrics.jsonl are kept, whether the line of the checkpoint's step must be redone, and whether the
+run is finished already (then a resume changes nothing: rewriting its summary would add the
+resume's seconds to the cost the paper reports).
 
 A torn last line (a killed writer, a damaged disk) is said aloud, never dropped in silence; a log
 whose steps repeat or go back (two runs in one folder, a doubled file) is refused.
@@ -16,6 +17,7 @@ from pathlib import Path
 from xsa.checkpoint import state_path
 from xsa.common import print0
 from xsa.config import ConfigError, TrainConfig
+from xsa.data.shards import data_fingerprint
 from xsa.records import check_steps, read_json, read_jsonl, read_jsonl_tail
 
 
@@ -61,6 +63,17 @@ def check_run_dir(out: Path, cfg: TrainConfig, resume: bool, overwrite: bool) ->
     if not os.access(parent, os.W_OK):
         raise PermissionError(f"out: cannot write to {parent} (read-only)")
     return None
+
+
+def same_data(recorded: str | None, data_dir: Path, out: Path) -> str:
+    """The data's fingerprint, after checking a resumed run trained on the same data (a checkpoint
+    from before the fingerprint was kept has none: nothing to compare)."""
+    fingerprint = data_fingerprint(data_dir)
+    if recorded not in (None, fingerprint):
+        raise ValueError(f"resume: the data in {data_dir} changed since {state_path(out)} was saved (manifest "
+                         f"sha256 {fingerprint[:12]}, the run trained on {recorded[:12]}); nothing was changed: "
+                         "restore the data the run trained on, or start it again with --overwrite")
+    return fingerprint
 
 
 def kept_log(out: Path, step: int, say: bool = False) -> tuple[list[dict], bool]:

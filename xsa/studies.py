@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.design import LRRule, PrecisionRule
+from xsa.records import REPO_ROOT
 from xsa.spec import Arm
 from xsa.study_scale import d12_test_study, scale_study
 from xsa.study import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
@@ -225,6 +226,5 @@ def get_study(name: str, results=None) -> Study:
     if name not in STUDIES:
         raise ValueError(f"study: unknown study {name!r} (choose from {', '.join(STUDIES)})")
     if name in ADAPTIVE:
-        from xsa.records import REPO_ROOT
         return STUDIES[name](Path(results) if results else REPO_ROOT / "results")
     return STUDIES[name]()

@@ -50,13 +50,13 @@ from xsa.data import data_dir as default_data_dir, ensure_data
 from xsa.data.build import COMPLETE
 from xsa.data.climbmix import tokens_read
 from xsa.data.loader import TokenLoader, val_batches
-from xsa.data.shards import MANIFEST
+from xsa.data.shards import data_fingerprint
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT, build as build_model
 from xsa.presets import PRESETS
-from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance, sha256_file
+from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance
 from xsa.runlock import RunFolderBusy, hold_folder, move_aside, own_run
-from xsa.runlog import check_run_dir, finished_summary, kept_log
+from xsa.runlog import check_run_dir, finished_summary, kept_log, same_data
 from xsa.spec import Run, arm_record, parse_overrides
 from xsa.step import Step
 
@@ -92,19 +92,34 @@ class Loop:
 
 
 class Timers:
-    """The loop's clocks. The run's wall and CPU time (every process, added to the Loop at each
-    checkpoint and at the end); and the time of the steps since the last log line on the wall clock
+    """The loop's clocks, all of them. The run's wall and CPU time (every process, added to the Loop
+    at each checkpoint and at the end); and the steps since the last log line, timed on the wall clock
     and on `clock` (the device clock, CPU time on CPU: MFU's), each less the pauses (evaluation,
-    checkpoints) measured on the same clock, since a loaded CPU gives out CPU time slower than wall time."""
+    checkpoints) measured on the same clock, since a loaded CPU gives out CPU time slower than wall
+    time. The first log window of a process holds its warm-up (compilation, allocation), so it is
+    logged but not added to the run's timed training."""
 
     def __init__(self, device):
         self.device = device
         self.run_wall, self.run_cpu = time.time(), time.process_time()
+        self.warm_up = True  # the next log window holds the process's first update
         self.start_log()
 
     def start_log(self) -> None:
         self.log_wall, self.log_clock = time.perf_counter(), clock(self.device)
         self.paused_wall = self.paused_clock = 0.0
+        self.steps = 0  # updates since the last log line
+
+    def close_log(self, loop: Loop, batch_tokens: int) -> tuple[float, float, int]:
+        """(wall seconds, device-clock seconds, tokens) of the updates since the last log line, added
+        to the loop's timed training unless the window holds the warm-up; the next window starts."""
+        (wall, device_clock), tokens = self.since_log(), self.steps * batch_tokens
+        if not self.warm_up:
+            loop.train_time_s, loop.train_clock_s = loop.train_time_s + wall, loop.train_clock_s + device_clock
+            loop.timed_tokens += tokens
+        self.warm_up = False
+        self.start_log()
+        return wall, device_clock, tokens
 
     def since_log(self) -> tuple[float, float]:
         """(wall seconds, device-clock seconds) of training since the last log line."""
@@ -225,23 +240,6 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int, B:
     return evaluate
 
 
-def data_fingerprint(data_dir: Path) -> str:
-    """sha256 of the data folder's manifest, which lists the size and sha256 of every file the run
-    read (tokenizer, token shards): equal fingerprints, equal data."""
-    return sha256_file(Path(data_dir) / MANIFEST)
-
-
-def _same_data(recorded: str | None, data_dir: Path, out: Path) -> str:
-    """The data's fingerprint, after checking a resumed run trained on the same data (a checkpoint
-    from before the fingerprint was kept has none: nothing to compare)."""
-    fingerprint = data_fingerprint(data_dir)
-    if recorded not in (None, fingerprint):
-        raise ValueError(f"resume: the data in {data_dir} changed since {ckpt.state_path(out)} was saved (manifest "
-                         f"sha256 {fingerprint[:12]}, the run trained on {recorded[:12]}); nothing was changed: "
-                         "restore the data the run trained on, or start it again with --overwrite")
-    return fingerprint
-
-
 def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
     return TrainingDiverged(f"training diverged: {what} at step {step}; stopped. The last good checkpoint "
                             f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
@@ -270,7 +268,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     T = cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
     model, step_fn, step, loop = _start_model(cfg, out, saved, device)
-    loop.data_sha256 = _same_data(loop.data_sha256, data_dir, out)
+    loop.data_sha256 = same_data(loop.data_sha256, data_dir, out)
     redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
         _start_log(out, cfg, saved, data_dir, step)
@@ -293,11 +291,11 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
 
     # the loop: one update per iteration; the logged loss is the only host sync of a plain step
     pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
-    first, since_log = step, 0
     timers.start_log()
     while step < end:
         loss = step_fn(step, (loader.get(step, m) for m in range(grad_accum)), grad_accum)
-        step, since_log = step + 1, since_log + 1
+        step += 1
+        timers.steps += 1  # the updates of this log window
         if is_ddp:  # one scalar per step, no host sync
             dist.all_reduce(loss)
             loss /= world
@@ -308,17 +306,12 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
             loop.train_loss = loss.item()
             if not math.isfinite(loop.train_loss):
                 raise _diverged(f"train loss is {loop.train_loss}", step, out)
-            (dt, dc), tokens = timers.since_log(), since_log * cfg.total_batch_size
-            if step - since_log > first:  # the first update of a process includes warm-up
-                loop.train_time_s, loop.train_clock_s = loop.train_time_s + dt, loop.train_clock_s + dc
-                loop.timed_tokens += tokens
+            dt, dc, tokens = timers.close_log(loop, cfg.total_batch_size)
             record.update(train_loss=loop.train_loss, train_loss_ema=ema.item() / (1 - EMA_BETA ** step),
                           lr_mult=step_fn.lr, tok_per_s=tokens / dt,
                           mfu=mfu(flops_per_token, tokens, dc, peak, world),
                           mfu_datasheet=mfu(flops_per_token, tokens, dc, sheet, world))
             pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
-            timers.start_log()
-            since_log = 0
         with timers.paused():  # evaluation and checkpoints are not training time
             if step % cfg.eval_every == 0 or step == end:
                 record.update(evaluate(diag=(step // cfg.eval_every) % cfg.diag_every == 0 or step == end))

@@ -147,6 +147,12 @@ def write_manifest(root: Path, relpaths: list[str]) -> None:
     (root / MANIFEST).write_text(json.dumps({"files": files}, indent=1) + "\n")
 
 
+def data_fingerprint(root: Path) -> str:
+    """sha256 of a data folder's manifest, which lists the size and sha256 of every file a run reads
+    (tokenizer, token shards): equal fingerprints, equal data."""
+    return sha256_file(Path(root) / MANIFEST)
+
+
 def read_manifest(root: Path) -> dict:
     path = Path(root) / MANIFEST
     try:

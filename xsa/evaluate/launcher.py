@@ -10,9 +10,16 @@ program runs, only the standard library of the interpreter is there to be read.
 
 from __future__ import annotations
 
+import builtins
+import ctypes
 import functools
 import json
+import math
 import os
+import posix
+import resource
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,7 +68,6 @@ def _serve(function, requests: int, replies: int) -> None:
     repr of ("ok", result) or ("error", what was raised) out, until the harness closes `requests`.
     The tests never enter this process, so nothing here can turn into a pass: a reply is only a
     value, which the harness's own tests judge."""
-    import math
     names = {"__builtins__": {}, "inf": math.inf, "nan": math.nan, "set": set, "frozenset": frozenset}
     with os.fdopen(requests, "r", encoding="utf-8") as calls:
         for line in calls:
@@ -78,7 +84,6 @@ def _serve(function, requests: int, replies: int) -> None:
 
 
 def _set_limits(config: dict, nproc: int) -> None:
-    import resource
     for limit, value in [(resource.RLIMIT_AS, config["memory"]), (resource.RLIMIT_CPU, config["cpu"]),
                          (resource.RLIMIT_FSIZE, FILE_LIMIT), (resource.RLIMIT_CORE, 0),
                          (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_NPROC, nproc)]:
@@ -87,13 +92,11 @@ def _set_limits(config: dict, nproc: int) -> None:
 
 @functools.cache
 def _libc():
-    import ctypes
     return ctypes.CDLL(None, use_errno=True)
 
 
 def _check(result: int, what: str) -> None:
     if result != 0:
-        import ctypes
         errno = ctypes.get_errno()
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
@@ -153,11 +156,6 @@ def _no_new_privs() -> None:
 
 def _guard() -> None:
     """nanochat's reliability guard, extended to processes, signals, sockets and ctypes."""
-    import builtins
-    import posix
-    import shutil
-    import subprocess
-
     def blocked(name):
         def refuse(*args, **kwargs):
             raise PermissionError(f"{name} is blocked by the sandbox")

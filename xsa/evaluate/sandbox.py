@@ -77,6 +77,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xsa.evaluate import launcher
+from xsa.evaluate.calls import Channel, Client, ProgramGone
 from xsa.evaluate.launcher import tasks
 
 STARTUP = 60  # seconds the launcher may take to start the program (a busy machine is slow)
@@ -146,7 +147,6 @@ def protections() -> tuple[str, ...]:
 
 def _run(code: str, tier: Tier, timeout: float, memory_mb: int, processes: int, guard: bool,
          serve: str | None = None, client=None) -> Outcome:
-    from xsa.evaluate.calls import Channel, Client, ProgramGone
     channel = Channel() if serve else None
     uid = _fresh_uid() if tier.separate_uid else None
     with tempfile.TemporaryDirectory(prefix="xsa-sandbox-", ignore_cleanup_errors=True) as tmp:

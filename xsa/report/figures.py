@@ -6,10 +6,11 @@ saved by one byte-stable saver (`save_figure`).
 from __future__ import annotations
 
 from xsa.plot import DPI, FULL, HALF, new_figure, save_figure  # noqa: F401 (DPI: the paper's print size)
+from xsa.stats import Interval, mean_ci
 
 
 def _frame(runs, key):
-    import pandas as pd
+    import pandas as pd  # lazy: start-up time (seconds; the tables do without)
     rows = [dict(preset=r["preset"], arm=r["variant"], seed=r["spec"].seed, step=m["step"], value=m[key])
             for r in runs for m in r["metrics"] if m.get(key) is not None]
     return pd.DataFrame(rows)
@@ -20,7 +21,7 @@ def fig_curves(runs, key: str, ylabel: str, out_dir, name: str):
     df = _frame(runs, key)
     if df.empty:
         return None
-    import seaborn as sns
+    import seaborn as sns  # lazy: start-up time (seconds; the tables do without)
     presets = list(dict.fromkeys(df["preset"]))
     fig, axes = new_figure(ncols=len(presets), figsize=(4.5 * len(presets), 3.2))
     for ax, p in zip(axes[0], presets):
@@ -51,10 +52,10 @@ def fig_intervals(rows: list[dict], key: str, label: str, out_dir, name: str):
 
 
 def fig_core_tasks(rows: list[dict], out_dir, name: str):
-    import pandas as pd
+    import pandas as pd  # lazy: start-up time (seconds; the tables do without)
     if not rows:
         return None
-    import seaborn as sns
+    import seaborn as sns  # lazy: start-up time (seconds; the tables do without)
     df = pd.DataFrame([dict(task=r["task"], arm=a, centered=v) for r in rows for a, v in r.items()
                        if a != "task" and v is not None])
     if df.empty:
@@ -67,11 +68,11 @@ def fig_core_tasks(rows: list[dict], out_dir, name: str):
 
 
 def fig_diagnostics(rows: list[dict], keys, out_dir, name: str):
-    import pandas as pd
+    import pandas as pd  # lazy: start-up time (seconds; the tables do without)
     df = pd.DataFrame(rows)
     if df.empty:
         return None
-    import seaborn as sns
+    import seaborn as sns  # lazy: start-up time (seconds; the tables do without)
     fig, axes = new_figure(ncols=len(keys), figsize=(3.4 * len(keys), 3))
     for ax, k in zip(axes[0], keys):
         sns.lineplot(data=df, x="layer", y=k, hue="arm", marker="o", errorbar=None, ax=ax)
@@ -80,12 +81,12 @@ def fig_diagnostics(rows: list[dict], keys, out_dir, name: str):
 
 
 def fig_throughput(rows: list[dict], out_dir, name: str):
-    import pandas as pd
+    import pandas as pd  # lazy: start-up time (seconds; the tables do without)
     df = pd.DataFrame([dict(preset=r["preset"], arm=a, tok_per_s=r[f"{a}_tok_per_s"])
                        for r in rows for a in ("baseline", "xsa") if r.get(f"{a}_tok_per_s") is not None])
     if df.empty:
         return None
-    import seaborn as sns
+    import seaborn as sns  # lazy: start-up time (seconds; the tables do without)
     fig, axes = new_figure(figsize=(5, 3))
     ax = axes[0][0]
     sns.barplot(data=df, x="preset", y="tok_per_s", hue="arm", errorbar=None, ax=ax)
@@ -108,7 +109,7 @@ def _point(ax, x, y, ci, n, color, horizontal=False, ms=4.5, label=None):
 
 
 def _single_note(ax, loc="lower right"):
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: start-up time (as xsa/plot.py)
     return Line2D([], [], marker="o", ls="", color="0.3", mfc="white", ms=4.5, label="one seed (n = 1): no interval")
 
 
@@ -158,7 +159,6 @@ def fig_lr(points: dict, out_dir, name: str):
 
 
 def _scaled(ci, k):
-    from xsa.stats import Interval
     return Interval(ci.lo * k, ci.hi * k) if getattr(ci, "defined", False) else ci
 
 
@@ -188,7 +188,6 @@ def fig_task_effects(rows: list[dict], out_dir, name: str):
 def fig_gap(curves: dict, out_dir, name: str, relative: bool = True):
     """The key figure: XSA minus baseline in val bpb against training tokens, paired by seed, mean
     and 95% t-band; one panel per comparison. curves: {panel: {tokens: [per-seed differences]}}."""
-    from xsa.stats import mean_ci
     panels = {k: v for k, v in curves.items() if v}
     if not panels:
         return None

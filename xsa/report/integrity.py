@@ -38,7 +38,10 @@ import json
 import math
 from pathlib import Path
 
-from xsa.records import read_json
+from xsa.archive import ARCHIVE, manifest
+from xsa.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
+from xsa.records import read_json, sha256_file
+from xsa.studies import get_study
 from xsa.report.estimates import read_estimates
 
 
@@ -148,7 +151,6 @@ def bound_problems(path: Path, run_id: str, rec: dict, recorded_run, prov, weigh
 
 def _bindings(run, run_dir: Path, summary, config, problems: list, scored: bool, diagnostics: bool) -> None:
     """The checks of eval.json, diagnostics.json and provenance.json against the run."""
-    from xsa.config import RECORD_EXTRAS, dict_hash
     hashes = {run.config().config_hash(), (summary or {}).get("config_hash")}
     if config is not None:
         hashes.add(dict_hash({k: v for k, v in config.items() if k not in RECORD_EXTRAS}))
@@ -223,7 +225,6 @@ def _run_problems(study, run, run_dir: Path, diagnostics: bool = True) -> list[s
         if (bad := _non_finite(summary)) is not None and bad != "val_bpb":
             problems.append(f"{s}: {bad} is not finite")
     if config is not None:
-        from xsa.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
         c = run_dir / "config.json"
         try:  # by value: fields the record predates read at their defaults
             if TrainConfig.from_dict(config, str(c)) != cfg:
@@ -272,8 +273,6 @@ def throughput_problems(study, results_dir) -> list[str]:
 def archive_problems(study, results_dir) -> list[str]:
     """The archived studies the robustness table carries: each file as xsa/archive.sha256 records it
     (a changed, NaN or missing record would change a row), and no run folder it does not list."""
-    from xsa.archive import ARCHIVE, manifest
-    from xsa.records import sha256_file
     problems = []
     for a in study.archived:
         root, wanted = Path(results_dir) / ARCHIVE / a.commit, manifest(a.commit)
@@ -294,7 +293,6 @@ def archive_problems(study, results_dir) -> list[str]:
 def gpu_problems(study, results_dir) -> list[str]:
     """The GPU study's run folders that are here (the GPU table reads them beside any study's paper):
     each must be the whole record of its declared run."""
-    from xsa.studies import get_study
     if study.name == "gpu":
         return []
     gpu, root = get_study("gpu"), Path(results_dir) / "runs"
@@ -320,7 +318,6 @@ def estimates_problems(study, results_dir) -> list[str]:
 
 def studies_checked(study, results_dir) -> list:
     """The study and the adaptive study its robustness table reads (declared from the records)."""
-    from xsa.studies import get_study
     return [study] + ([get_study(study.robustness, results_dir)] if study.robustness else [])
 
 

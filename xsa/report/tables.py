@@ -12,14 +12,19 @@ import io
 import math
 from pathlib import Path
 
+from xsa.config import scaling_params
+from xsa.presets import PRESETS, make_config
 from xsa.records import atomic_write_text
 from xsa.report.metrics import effect_metrics, relative
-from xsa.report.records import by_arm, complete, metric, per_seed
-from xsa.studies import SEED_PAPER
+from xsa.report.records import _scalar, by_arm, complete, load_runs, metric, per_seed
+from xsa.studies import SEED_PAPER, get_study
 from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 
+# the metric table's metrics (xsa/report/metrics.py) each table shows as columns: an arm's mean and
+# 95% CI, and in the main table, for a relative metric, the paired change against the baseline
 RUN_METRICS = ("val_bpb", "core", "chatcore")
+MAIN_METRICS = ("val_bpb", "core", "core_bpb")
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
 
 
@@ -188,10 +193,10 @@ def main_table(runs, pairs) -> list[dict]:
         for arm, label in ((pair.a, "baseline"), (pair.b, "XSA a=1")):
             rs = [r for r in groups.get(arm.name, []) if complete(r)]
             row = dict(source="ours", scale=pair.name, arm=label, n=len(rs))
-            for k in ("val_bpb", "core", "core_bpb"):
+            for k in MAIN_METRICS:
                 st = mean_ci(metric(r, k) for r in rs)
                 row[k], row[f"{k}_ci95"] = st["mean"], st["ci"]
-                if k != "core":  # CORE near chance: its relative change means nothing (see effects)
+                if relative(k):  # not CORE: near chance its relative change means nothing (see effects)
                     row[f"{k}_rel"] = effect(runs, pair.a, pair.b, k)["rel_mean"] if arm is pair.b else None
             rows.append(row)
     for depth, arms in SEED_PAPER.items():
@@ -199,9 +204,9 @@ def main_table(runs, pairs) -> list[dict]:
             row = dict(source="theirs (seed paper)", scale=f"{depth} (GPU, theirs)",
                        arm="baseline" if variant == "base" else "XSA a=1", n=1)
             base = arms["base"]
-            for k in ("val_bpb", "core", "core_bpb"):
+            for k in MAIN_METRICS:
                 row[k], row[f"{k}_ci95"] = nums.get(k), Interval(None, None)
-                if k != "core":
+                if relative(k):
                     row[f"{k}_rel"] = ((nums[k] - base[k]) / abs(base[k]) if variant == "xsa1" and k in nums
                                        else None)
             rows.append(row)
@@ -296,7 +301,6 @@ DIAG_EFFECT_KEYS = tuple(k for k in DIAG_KEYS if k != "cos_z_v")
 
 
 def diagnostics_table(runs, arms) -> list[dict]:
-    from xsa.report.records import _scalar
     rows = []
     for arm, rs in by_arm([r for r in runs if r["arm"] in arms and complete(r)]).items():
         layers = [(r["diagnostics"] or {}).get("layers") or [] for r in rs]
@@ -337,8 +341,6 @@ def lr_range(lrs) -> str:
 def setup_table(*studies) -> list[dict]:
     """What each preset of the studies trains (from the presets and the studies' runs, not from prose):
     its shape, its horizon, and every condition run on it (context lengths, matrix LRs, where XSA is)."""
-    from xsa.config import scaling_params
-    from xsa.presets import PRESETS, make_config
     runs = [r for s in studies for r in s.runs]
     rows = []
     for p in sorted({r.preset for r in runs}, key=list(PRESETS).index):
@@ -366,8 +368,6 @@ def setup_table(*studies) -> list[dict]:
 def gpu_table(results_dir) -> list[dict]:
     """Our GPU-scale runs (the gpu study), when their records exist, with the recipe each used; else
     no rows."""
-    from xsa.report.records import load_runs
-    from xsa.studies import get_study
     gpu = get_study("gpu")
     runs = load_runs(results_dir, [r.run_id for r in gpu.runs])
     recipes = {p.name: p.a.config().recipe for p in gpu.main}
