@@ -427,7 +427,8 @@ def paper_blocks(study, built: dict, results_dir) -> list:
     runs = [*built["runs"], *((built.get("robust") or {}).get("runs") or [])]
     context = dict(study=study, left_out=left_out_note(built["left_out"]),
                    machine_warnings=machine_warnings(study, built["runs"]), runs=runs,
-                   scale_study=get_study(study.prediction, results_dir) if study.prediction else None)
+                   scale_study=get_study(study.prediction, results_dir) if study.prediction else None,
+                   drawn=sorted(name for name, path in built["figures"].items() if path))
     return render(source, book(built, results_dir), built["figures"], tables, context)
 
 
