@@ -46,6 +46,13 @@ def _cpu(*, n_layer, n_embd, n_head, seq, batch_rows, num_tokens, data="default"
         **train)
 
 
+def _study(*, n_layer, n_embd, n_head, steps, eval_every=48):
+    """A preset of the CPU studies: 8 rows of 512 tokens a step on the 4,096-token corpus, validation
+    on a fixed 2^17-token stream, a checkpoint every 48 steps; shapes and lengths differ."""
+    return _cpu(n_layer=n_layer, n_embd=n_embd, n_head=n_head, seq=512, batch_rows=8, num_tokens=steps * 8 * 512,
+                data="default-4k", eval_every=eval_every, eval_tokens=2**17, checkpoint_every=48)
+
+
 def _gpu(*, n_layer, n_embd, n_head, batch, device_batch):
     """A GPU preset on ClimbMix: the recipe's optimizer and schedule as base_train runs them, Muon
     stacked by shape and rows best-fit packed, as nanochat runs them on a GPU."""
@@ -64,29 +71,21 @@ PRESETS: dict[str, dict] = {
     # same 3 x 2^19 tokens (384 steps of 4,096): 8.0 and 4.0 tokens per non-embedding parameter. A
     # 4,096-token vocabulary keeps the head (262k parameters) from dwarfing the blocks; validation on
     # a fixed 2^17-token stream at 8 points of training.
-    "cpu-w64-d4": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=3 * 2**19,
-                       data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
-    "cpu-w64-d8": _cpu(n_layer=8, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=3 * 2**19,
-                       data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w64-d4": _study(n_layer=4, n_embd=64, n_head=1, steps=384),
+    "cpu-w64-d8": _study(n_layer=8, n_embd=64, n_head=1, steps=384),
     # The heads preset: 128 wide, two heads of 64 (the seed paper's d12 head size), 4 layers, the
     # primary preset's tokens, batch, sequence and evaluation: does XSA's effect depend on heads?
-    "cpu-w128-d4": _cpu(n_layer=4, n_embd=128, n_head=2, seq=512, batch_rows=8, num_tokens=3 * 2**19,
-                        data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w128-d4": _study(n_layer=4, n_embd=128, n_head=2, steps=384),
     # The scale study's training lengths (xsa/study_scale.py): cpu-w64-d4 at 128, 768 and 1,536 steps
     # (x1/3, x2, x4 of its 384), each with the schedule at the same fractions of its run; evaluation at
     # 4 points of the short run, every 96 steps of the long ones.
-    "cpu-w64-d4-s128": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=2**19,
-                            data="default-4k", eval_every=32, eval_tokens=2**17, checkpoint_every=48),
-    "cpu-w64-d4-s768": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=6 * 2**19,
-                            data="default-4k", eval_every=96, eval_tokens=2**17, checkpoint_every=48),
-    "cpu-w64-d4-s1536": _cpu(n_layer=4, n_embd=64, n_head=1, seq=512, batch_rows=8, num_tokens=12 * 2**19,
-                             data="default-4k", eval_every=96, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w64-d4-s128": _study(n_layer=4, n_embd=64, n_head=1, steps=128, eval_every=32),
+    "cpu-w64-d4-s768": _study(n_layer=4, n_embd=64, n_head=1, steps=768, eval_every=96),
+    "cpu-w64-d4-s1536": _study(n_layer=4, n_embd=64, n_head=1, steps=1536, eval_every=96),
     # The first CPU study's shape (archived, 30bc3ae) on today's stack: 256 wide, four heads of 64, 4
     # layers, at the primary's 384 steps and at that study's 128.
-    "cpu-w256-d4": _cpu(n_layer=4, n_embd=256, n_head=4, seq=512, batch_rows=8, num_tokens=3 * 2**19,
-                        data="default-4k", eval_every=48, eval_tokens=2**17, checkpoint_every=48),
-    "cpu-w256-d4-s128": _cpu(n_layer=4, n_embd=256, n_head=4, seq=512, batch_rows=8, num_tokens=2**19,
-                             data="default-4k", eval_every=32, eval_tokens=2**17, checkpoint_every=48),
+    "cpu-w256-d4": _study(n_layer=4, n_embd=256, n_head=4, steps=384),
+    "cpu-w256-d4-s128": _study(n_layer=4, n_embd=256, n_head=4, steps=128, eval_every=32),
     # GPU presets. The horizon is the recipe's tokens:params ratio, the batch the one base_train's
     # auto rule picks for the shape (B = 2^19 (D / D_d12)^0.383, rounded to a power of 2: 2^19 at
     # d12, 2^20 at both readings of d24), evaluation as base_train (80 x 2^19 tokens every 250 steps).
