@@ -46,10 +46,16 @@ def new_fields(monkeypatch):
         adam_weight_decay: dict = field(default_factory=lambda: {**decay, "probe_gate": 0.0})
 
     monkeypatch.setattr(config, "ADAM_GROUPS", (*config.ADAM_GROUPS, "probe_gate"))
+    old = {"GPTConfig": config.GPTConfig, "TrainConfig": config.TrainConfig}
     _patch_everywhere(monkeypatch, "GPTConfig", GPTConfig)
     _patch_everywhere(monkeypatch, "TrainConfig", TrainConfig)
     assert "probe_field" in make_config("cpu-w64-d4").to_dict()  # the patch took
-    return TrainConfig
+    yield TrainConfig
+    # a module first imported during the test took the patched class from config: give it back today's
+    for mod in [m for k, m in list(sys.modules.items()) if k == "xsa" or k.startswith("xsa.")]:
+        for name, new in (("GPTConfig", GPTConfig), ("TrainConfig", TrainConfig)):
+            if getattr(mod, name, None) is new:
+                setattr(mod, name, old[name])
 
 
 def test_committed_runs_read_back_as_the_run_their_folder_names():
