@@ -133,3 +133,55 @@ def test_chatcore_on_a_tiny_model_lists_missing_tasks(tmp_path):
     assert set(res["tasks"]) == {"ARC-Easy", "MMLU", "GSM8K", "HumanEval"}
     assert res["tasks"]["ARC-Easy"]["n"] == 4 and res["tasks"]["GSM8K"]["n"] == 1
     assert res["chatcore"] == pytest.approx(sum(t["centered"] for t in res["tasks"].values()) / 4)
+
+
+# -----------------------------------------------------------------------------
+# Batched greedy decoding: prompts of unequal length, left-padded, decode as each would alone
+
+def _padded_model():
+    from xsa.validation import random_model
+    # GQA, XSA with its learnable gate, the smear and value embeddings: every path padding could reach
+    return random_model(11, n_kv_head=2, xsa_alpha=1.0, xsa_layers="all", xsa_gate=True, smear=True).eval()
+
+
+def test_padded_prefill_gives_each_row_its_own_logits():
+    from xsa.model import KVCache
+    model, g = _padded_model(), torch.Generator().manual_seed(0)
+    c = model.config
+    prompts = [torch.randint(0, c.vocab_size, (n,), generator=g).tolist() for n in (3, 9, 14)]
+    pad = torch.tensor([14 - len(p) for p in prompts])
+    ids = torch.tensor([[5] * (14 - len(p)) + p for p in prompts])
+    cache = KVCache(c.n_layer, 3, c.n_kv_head, c.head_dim, 20, pad=pad)
+    with torch.no_grad():
+        batched = model(ids, kv_cache=cache)
+        steps = model(torch.tensor([[1], [2], [3]]), kv_cache=cache)  # one decode step after the prefill
+        for row, p in enumerate(prompts):
+            alone = model(torch.tensor([p + [row + 1]]))
+            assert torch.isfinite(batched).all()
+            assert (batched[row, -len(p):] - alone[0, :len(p)]).abs().max() < 1e-5
+            assert (steps[row, 0] - alone[0, -1]).abs().max() < 1e-5
+
+
+def test_greedy_batch_replies_as_each_prompt_alone_and_stops_per_row():
+    model, g = _padded_model(), torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in (2, 7, 5, 12)]
+    alone = [list(model.generate(p, max_tokens=10)) for p in prompts]
+    assert chat.greedy_batch(model, prompts, 10, stop=set()) == alone
+    stop = {alone[1][3]}  # a token row 1 makes: its reply ends before it, the others at their own
+    cut = [r[:next((i for i, t in enumerate(r) if t in stop), len(r))] for r in alone]
+    assert chat.greedy_batch(model, prompts, 10, stop=stop) == cut
+    assert len(cut[1]) <= 3
+
+
+def test_generate_replies_keeps_question_order_at_any_batch_size():
+    torch.manual_seed(0)
+    model = GPT(dataclasses.replace(make_config("smoke").model, vocab_size=TOK.vocab_size, sequence_len=64))
+    model.init_weights()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    questions = ["1+1?", "what is the capital of a country with a long name?", "hi", "seven"]
+    one = chat.generate_replies(model.eval(), TOK, questions, 6, 64, batch_size=1)
+    assert chat.generate_replies(model, TOK, questions, 6, 64, batch_size=3) == one
+    with pytest.raises(ValueError, match="gen_batch"):
+        chat.evaluate_chatcore(model, TOK, "nowhere", max_len=64, gen_batch=0)

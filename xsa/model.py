@@ -94,13 +94,28 @@ class KVCache:
     and the last token's embedding for the smear."""
 
     def __init__(self, n_layer: int, batch_size: int, n_kv_head: int, head_dim: int, max_len: int,
-                 device=None, dtype=torch.float32):
+                 device=None, dtype=torch.float32, pad: torch.Tensor | None = None):
         shape = (n_layer, batch_size, n_kv_head, max_len, head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.pos = 0  # tokens already in the cache
         self.max_len = max_len
         self.prev_embedding = None  # (B, 1, C): the normalised embedding of the last token seen
+        # (B,) padding tokens before each row's prompt, when prompts of unequal length decode as
+        # one batch (aligned at their ends); None: no padding
+        self.pad = pad
+
+    def mask(self, T: int, device) -> torch.Tensor | None:
+        """Which keys so far each of T new queries attends to, or None where it is every key."""
+        Tk = self.pos + T
+        if self.pad is None:  # causal within the chunk; one new token sees all
+            return None if T == 1 else torch.ones(T, Tk, dtype=torch.bool, device=device).tril(diagonal=Tk - T)
+        cols = torch.arange(Tk, device=device)
+        query = cols[Tk - T:, None]
+        real = cols[None, None, :] >= self.pad[:, None, None]  # (B, 1, Tk): no row sees another's padding
+        # a padding query sees itself alone: with no key at all its output would be NaN, and a NaN
+        # value spreads to every query even at attention weight 0
+        return ((cols[None, :] <= query) & real | (cols[None, :] == query))[:, None]  # (B, 1, T, Tk)
 
     def insert(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Store this chunk's k, v (B, Hkv, T, D) at the current position; return all keys/values so far."""
@@ -160,13 +175,9 @@ class CausalSelfAttention(nn.Module):
         if kv_cache is None:
             y = F.scaled_dot_product_attention(q, k, vt, is_causal=True, enable_gqa=gqa)
         else:
+            mask = kv_cache.mask(T, x.device)  # before insert: the cache's position is the chunk's start
             k_all, v_all = kv_cache.insert(self.layer_idx, k, vt)
-            Tk = k_all.size(2)
-            if T == 1:  # one new token attends to everything cached
-                y = F.scaled_dot_product_attention(q, k_all, v_all, enable_gqa=gqa)
-            else:  # a chunk: the whole cached prefix, then causal within the chunk
-                mask = torch.ones(T, Tk, dtype=torch.bool, device=x.device).tril(diagonal=Tk - T)
-                y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=gqa)
+            y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=gqa)
         # (B, T, H, D) in memory: the copy that c_proj's reshape would make anyway, made before XSA so
         # that y, v and z share one layout and XSA's elementwise ops run as flat loops
         y = y.transpose(1, 2).contiguous()
@@ -331,9 +342,12 @@ class GPT(nn.Module):
         t0 = 0 if kv_cache is None else kv_cache.pos
         if t0 + T > self.rotary_len:
             raise ConfigError(f"sequence_len: {t0 + T} tokens exceed the rotary cache ({self.rotary_len})")
-        cos = self.cos[None, t0:t0 + T, None, :]
-        sin = self.sin[None, t0:t0 + T, None, :]
+        cos, sin = self.cos[None, t0:t0 + T, None, :], self.sin[None, t0:t0 + T, None, :]
         x = norm(self.wte(idx))
+        if kv_cache is not None and kv_cache.pad is not None:
+            # a padded row sits pad positions later, which rotary embeddings do not see (they encode
+            # distances); its padding is embedded as zero, so the smear adds nothing from it
+            x = x * (torch.arange(t0, t0 + T, device=x.device) >= kv_cache.pad[:, None]).unsqueeze(-1).to(x.dtype)
         if c.smear:
             prev = None if kv_cache is None else kv_cache.prev_embedding
             if kv_cache is not None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from xsa.data.bundle import read_task_file
 from xsa.evaluate.core import Row, model_scorer, score_rows, subsample
 from xsa.evaluate.sandbox import run_program  # HumanEval's programs run in the sandbox
+from xsa.model import KVCache
 
 LETTERS = "ABCDEFGHIJ"
 # (label, file under eval_data/, kind, random baseline as a fraction)
@@ -124,16 +126,50 @@ def run_humaneval(item: dict, reply: str, timeout: float = 5.0, memory_mb: int =
 # -----------------------------------------------------------------------------
 # Evaluation
 
-def generate_reply(model, tokenizer, prompt: list[int], max_tokens: int, max_len: int) -> str:
+@torch.inference_mode()
+def greedy_batch(model, prompts: list[list[int]], max_tokens: int, stop: set[int]) -> list[list[int]]:
+    """Greedy replies to several prompts at once, each up to (not including) its first stop token.
+
+    The prompts are left-padded to one length and decode as one batch with a KV cache that keeps
+    each row at its own positions and hides the padding (xsa.model.KVCache), so a reply is the one
+    the prompt gets alone (tests/test_evaluate_chat.py). One host sync a step: are all rows done?"""
+    device, c = model.wte.weight.device, model.config
+    longest = max(len(p) for p in prompts)
+    pad = torch.tensor([longest - len(p) for p in prompts], device=device)
+    ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts], device=device)  # padding: any id
+    cache = KVCache(c.n_layer, len(prompts), c.n_kv_head, c.head_dim, longest + max_tokens,
+                    device=device, dtype=model.wte.weight.dtype, pad=pad)
+    stop_ids = torch.tensor(sorted(stop), device=device)
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    out = []
+    for _ in range(max_tokens):
+        ids = model(ids, kv_cache=cache)[:, -1].argmax(dim=-1, keepdim=True)
+        out.append(ids)
+        done |= torch.isin(ids[:, 0], stop_ids)
+        if bool(done.all()):
+            break
+    replies = []
+    for row in torch.cat(out, dim=1).tolist():
+        ends = [i for i, t in enumerate(row) if t in stop]
+        replies.append(row[:ends[0]] if ends else row)
+    return replies
+
+
+def generate_replies(model, tokenizer, questions: list[str], max_tokens: int, max_len: int,
+                     batch_size: int, desc: str = "") -> list[str]:
+    """The model's greedy reply to each question, decoded batch_size at a time (prompts sorted by
+    length, so little of a batch is padding); each prompt is cut from the left so that prompt and
+    reply fit the context."""
     stop = {tokenizer.special_id("<|assistant_end|>"), tokenizer.bos_id}
     max_tokens = min(max_tokens, max_len // 2)
-    prompt = prompt[-(max_len - max_tokens):]  # prompt + reply must fit the model's context
-    out = []
-    for tok in model.generate(prompt, max_tokens=max_tokens, temperature=0.0):
-        if tok in stop:
-            break
-        out.append(tok)
-    return tokenizer.decode(out)
+    prompts = [render_prompt(tokenizer, q)[-(max_len - max_tokens):] for q in questions]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    replies: list[str] = [""] * len(prompts)
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, leave=False, unit="batch"):
+        batch = order[start:start + batch_size]
+        for i, ids in zip(batch, greedy_batch(model, [prompts[i] for i in batch], max_tokens, stop)):
+            replies[i] = tokenizer.decode(ids)
+    return replies
 
 
 def eval_letters(model, tokenizer, items: list[dict], max_len: int, device) -> list[bool]:
@@ -151,7 +187,11 @@ def eval_letters(model, tokenizer, items: list[dict], max_len: int, device) -> l
 
 
 def evaluate_chatcore(model, tokenizer, bundle: Path, max_len: int, device="cpu",
-                      max_per_task: int | None = None, gen_tokens: int = 256) -> dict:
+                      max_per_task: int | None = None, gen_tokens: int = 256, gen_batch: int = 32) -> dict:
+    """ChatCORE: the mean centred accuracy over the tasks the bundle has. The generative tasks
+    decode gen_batch questions at a time (greedy, up to gen_tokens tokens each)."""
+    if isinstance(gen_batch, bool) or not isinstance(gen_batch, int) or gen_batch < 1:
+        raise ValueError(f"gen_batch: questions decoded at once must be a positive integer, got {gen_batch!r}")
     tasks, missing = {}, []
     for label, rel, kind, baseline in tqdm(CHAT_TASKS, desc="ChatCORE", unit="task"):
         path = Path(bundle) / "eval_data" / rel
@@ -162,16 +202,16 @@ def evaluate_chatcore(model, tokenizer, bundle: Path, max_len: int, device="cpu"
         items = [pool[i] for i in subsample(len(pool), max_per_task)]
         if kind == "letter":
             correct = eval_letters(model, tokenizer, items, max_len, device)
-        elif kind == "gsm8k":
-            correct = [final_number(generate_reply(model, tokenizer, render_prompt(tokenizer, gsm8k_question(it)),
-                                                   gen_tokens, max_len)) == final_number(it["answer"])
-                       for it in tqdm(items, desc=label, leave=False)]
         else:
-            correct = [run_humaneval(it, generate_reply(
-                model, tokenizer, render_prompt(tokenizer, humaneval_question(it)), gen_tokens, max_len))[0]
-                for it in tqdm(items, desc=label, leave=False)]
+            ask = gsm8k_question if kind == "gsm8k" else humaneval_question
+            replies = generate_replies(model, tokenizer, [ask(it) for it in items], gen_tokens, max_len,
+                                       gen_batch, desc=label)
+            if kind == "gsm8k":
+                correct = [final_number(r) == final_number(it["answer"]) for it, r in zip(items, replies)]
+            else:
+                correct = [run_humaneval(it, r)[0] for it, r in zip(items, replies)]
         acc = sum(correct) / len(correct)
         tasks[label] = {"n": len(correct), "accuracy": acc, "centered": (acc - baseline) / (1 - baseline)}
     chatcore = sum(t["centered"] for t in tasks.values()) / len(tasks) if tasks else float("nan")
     return {"chatcore": chatcore, "tasks": tasks, "missing": missing, "max_per_task": max_per_task,
-            "gen_tokens": gen_tokens}
+            "gen_tokens": gen_tokens, "gen_batch": gen_batch}
