@@ -185,3 +185,27 @@ def test_generate_replies_keeps_question_order_at_any_batch_size():
     assert chat.generate_replies(model, TOK, questions, 6, 64, batch_size=3) == one
     with pytest.raises(ValueError, match="gen_batch"):
         chat.evaluate_chatcore(model, TOK, "nowhere", max_len=64, gen_batch=0)
+
+
+def test_decode_speed_compares_alone_with_batched_and_refuses_bad_sizes(capsys):
+    from xsa.evaluate import decode_speed
+    from xsa.gpu_parts import Check, decode_part
+    res = decode_speed.measure("smoke", torch.device("cpu"), questions=3, tokens=4, gen_batch=2)
+    assert res["replies_agree"] == 1.0 and res["autocast"] == "None"  # fp32 on a CPU: every reply the same
+    assert res["tokens_per_s_alone"] > 0 and res["speedup"] > 0
+    c = Check(dry=True, out=None, batch=4, rounds=1, device=torch.device("cpu"))
+    assert decode_part(c)["questions"] == 4
+    with pytest.raises(SystemExit):
+        decode_speed.main(["--tokens", "0"])
+    assert "--tokens must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_batched_decoding_under_bf16_autocast_stays_finite_and_mostly_agrees():
+    model = _padded_model()
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in (3, 8, 13, 6)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        alone = [chat.greedy_batch(model, [p], 6, stop=set())[0] for p in prompts]
+        batched = chat.greedy_batch(model, prompts, 6, stop=set())
+    assert all(len(r) == 6 for r in batched)
+    assert sum(a == b for a, b in zip(alone, batched)) >= 3

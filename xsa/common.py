@@ -84,6 +84,39 @@ def clock(device: torch.device) -> float:
     return time.process_time() if device.type == "cpu" else time.perf_counter()
 
 
+class Timer:
+    """Times device work: CUDA events on a GPU (no host sync inside the timed region), wall clock on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def start(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def stop(self, start) -> float:
+        """Seconds since `start` (synchronises on the end event)."""
+        return self.seconds(self.mark(start), sync=True)
+
+    def mark(self, start):
+        """The interval since `start`, read later by seconds() (no host sync on a GPU)."""
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            return start, end
+        return time.perf_counter() - start
+
+    def seconds(self, mark, sync: bool = False) -> float:
+        if self.cuda:
+            if sync:
+                mark[1].synchronize()
+            return mark[0].elapsed_time(mark[1]) / 1000
+        return mark
+
+
 PEAK_CPU_N = 2048  # the CPU peak's matmul size (part of its cache key)
 
 

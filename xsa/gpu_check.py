@@ -25,6 +25,8 @@ or --out. A part that fails records its error and the next one runs. Parts:
              its optimizer state dropped must miss that tolerance (the check can fail)
   memory     peak memory of one compiled training step at the presets' device batches (d12 at 32
              rows, d24-nanochat at 16 and 8)
+  decode     ChatCORE's greedy decoding: 32 questions of 40-200 tokens, 64 tokens each, one at a
+             time against one batch (tokens/s of each, their ratio, the share of replies that agree)
 
 The batch is synthetic (the copy task of xsa.throughput), so nothing is downloaded. Shapes: d12 on
 the GPU; the smoke preset in the dry mode, which compiles the XSA arm only (about 40 s of CPU time,

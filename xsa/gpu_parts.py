@@ -1,8 +1,8 @@
 """
 The parts of the GPU quick check (xsa/gpu_check.py, whose docstring lists them) and what they share:
-a Timer (CUDA events on a GPU), an Arm (a model with its training Step, the optimizers timed
-apart), and the Check (device, shapes, the synthetic batch, the record). Each part takes the Check
-and returns its record, "ok": False where it failed.
+an Arm (a model with its training Step, the optimizers timed apart) and the Check (device, shapes,
+the synthetic batch, the record). Each part takes the Check and returns its record, "ok": False
+where it failed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch.profiler import profile
 
 from xsa import checkpoint as ckpt
-from xsa.common import datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.common import Timer, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.evaluate.decode_speed import measure
 from xsa.model import build
 from xsa.presets import make_config
 from xsa.records import atomic_write_json
@@ -33,39 +34,6 @@ GRAD_COS = 0.99
 RESUME_TOL = 1e-2  # of how far the resumed steps move the weights; lost optimizer state moves them O(1) apart
 MEMORY_BATCHES = (("d12", 32), ("d24-nanochat", 16), ("d24-nanochat", 8))
 SDPA_KERNELS = ("flash", "efficient", "cudnn", "math")
-
-
-class Timer:
-    """Times device work: CUDA events on a GPU (no host sync inside the timed region), wall clock on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def start(self):
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
-
-    def stop(self, start) -> float:
-        """Seconds since `start` (synchronises on the end event)."""
-        return self.seconds(self.mark(start), sync=True)
-
-    def mark(self, start):
-        """The interval since `start`, read later by seconds() (no host sync on a GPU)."""
-        if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            return start, end
-        return time.perf_counter() - start
-
-    def seconds(self, mark, sync: bool = False) -> float:
-        if self.cuda:
-            if sync:
-                mark[1].synchronize()
-            return mark[0].elapsed_time(mark[1]) / 1000
-        return mark
 
 
 class Arm:
@@ -367,6 +335,14 @@ def memory_part(c: Check) -> dict:
     return {"peak_mem_bytes": out}
 
 
+def decode_part(c: Check) -> dict:
+    """ChatCORE's decoding at the check's preset: 32 questions one at a time against all at once,
+    in bf16 on a GPU (xsa.evaluate.decode_speed)."""
+    c.arms.clear()
+    n, tokens = (4, 4) if c.dry else (32, 64)
+    return measure(c.preset, c.device, questions=n, tokens=tokens, gen_batch=n)
+
+
 PARTS = (("versions", versions_part), ("compile", compile_part), ("steps", steps_part),
          ("precision", precision_part), ("sdpa", sdpa_part), ("timing", timing_part), ("xsa_cos", cos_part),
-         ("resume", resume_part), ("memory", memory_part))
+         ("resume", resume_part), ("memory", memory_part), ("decode", decode_part))
