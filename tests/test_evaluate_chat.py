@@ -209,3 +209,12 @@ def test_batched_decoding_under_bf16_autocast_stays_finite_and_mostly_agrees():
         batched = chat.greedy_batch(model, prompts, 6, stop=set())
     assert all(len(r) == 6 for r in batched)
     assert sum(a == b for a, b in zip(alone, batched)) >= 3
+
+
+def test_last_only_logits_are_the_last_row_of_the_full_ones():
+    model = _padded_model()
+    idx = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full, last = model(idx), model(idx, last_only=True)
+    assert last.shape == (2, 1, model.config.vocab_size)
+    assert (last[:, 0] - full[:, -1]).abs().max() < 1e-5  # one row of the head: rounding apart, equal

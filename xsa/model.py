@@ -333,10 +333,12 @@ class GPT(nn.Module):
         return torch.cat([x[:, :1], out], dim=1) if prev is None else out
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                kv_cache: KVCache | None = None, loss_reduction: str = "mean", loss_chunk: int = 0):
-        """Logits (B, T, V) without targets; with them the loss (mean over targets != -1, or (B, T)
-        for loss_reduction "none"). loss_chunk > 0 (mean only) computes head, softcap and loss in
-        chunks of that many rows of the B*T without the full logits (xsa.loss)."""
+                kv_cache: KVCache | None = None, loss_reduction: str = "mean", loss_chunk: int = 0,
+                last_only: bool = False):
+        """Logits (B, T, V) without targets (last_only: the last position's, (B, 1, V), all that
+        decoding reads, without a batch of prompts' B x T x V); with them the loss (mean over
+        targets != -1, or (B, T) for loss_reduction "none"). loss_chunk > 0 (mean only) computes
+        head, softcap and loss in chunks of that many rows of the B*T without the full logits (xsa.loss)."""
         B, T = idx.shape
         c = self.config
         t0 = 0 if kv_cache is None else kv_cache.pos
@@ -370,6 +372,8 @@ class GPT(nn.Module):
                 raise ValueError(f"loss_chunk: the chunked loss is the mean only, not {loss_reduction!r}")
             return chunked_softcap_cross_entropy(norm(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1),
                                                  c.logit_softcap, loss_chunk)
+        if last_only and targets is None:
+            x = x[:, -1:]
         logits = self.lm_head(norm(x)).float()
         logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)
         if targets is None:
@@ -392,7 +396,7 @@ class GPT(nn.Module):
         rng = torch.Generator(device=device).manual_seed(seed)
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
         for _ in range(max_tokens):
-            logits = self.forward(ids, kv_cache=cache)[:, -1, :]
+            logits = self.forward(ids, kv_cache=cache, last_only=True)[:, -1, :]
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -143,7 +143,7 @@ def greedy_batch(model, prompts: list[list[int]], max_tokens: int, stop: set[int
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     out = []
     for _ in range(max_tokens):
-        ids = model(ids, kv_cache=cache)[:, -1].argmax(dim=-1, keepdim=True)
+        ids = model(ids, kv_cache=cache, last_only=True)[:, -1].argmax(dim=-1, keepdim=True)
         out.append(ids)
         done |= torch.isin(ids[:, 0], stop_ids)
         if bool(done.all()):
