@@ -139,7 +139,7 @@ def test_gpu_quick_check_dry_mode(tmp_path):
     assert r["complete"] and r["ok"] and r["dry"]
     parts = r["parts"]
     assert set(parts) == {"versions", "compile", "steps", "precision", "sdpa", "timing", "xsa_cos", "resume",
-                          "memory"}
+                          "memory", "decode"}
     assert all(p["ok"] for p in parts.values()), {k: p.get("error") for k, p in parts.items()}
     assert parts["versions"]["matmul_peak_flops"] > 0 and parts["versions"]["datasheet_peak_flops"] is None
     assert parts["compile"]["graphs_compiled"] >= 1  # the dry mode compiles the XSA arm
@@ -152,6 +152,8 @@ def test_gpu_quick_check_dry_mode(tmp_path):
     assert max(parts["xsa_cos"]["mean_abs_cos_per_layer"]) < 1e-3
     resume = parts["resume"]
     assert resume["bitwise_equal"] and resume["tolerance"] < resume["lost_state_diff"]
+    decode = parts["decode"]  # fp32 on a CPU: a batched reply is the one the question gets alone
+    assert decode["replies_agree"] == 1.0 and decode["tokens_per_s_batched"] > 0
     again = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--quick", "--dry", str(out)],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "never overwritten" in again.stderr
