@@ -423,3 +423,11 @@ def test_every_comparison_kind_works_in_every_place(results, study):
     sweep = Sweep.over("s", SMOKE.b, "xsa_alpha", (0.5,), seed_arm=SMOKE.a)
     for c in (extra, versus, sweep, Contrast("twice", SMOKE, extra)):
         assert c.arms()[0] == SMOKE.a and set(c.arms()) == {SMOKE.a, *(b for _, b in c.pairs())}
+
+
+def test_a_slope_of_a_relative_effect_is_written_in_percentage_points():
+    from xsa.report.estimates import Estimate
+    from xsa.report.writing import est
+    slope = Estimate("slope_heads", -0.0117, -0.0515, 0.028, 5, unit="relative per doubling")
+    assert est(slope, n=False) == "-1.17 [-5.15, +2.80] percentage points"
+    assert est(Estimate("x", -0.0061, -0.0078, -0.0043, 20)) == "-0.61% [-0.78%, -0.43%], n = 20"

@@ -57,12 +57,16 @@ def pct_ci(e: Estimate) -> str:
 
 
 def est(e: Estimate, n: bool = True, holm: bool = False) -> str:
-    """'-0.61% [-0.78%, -0.43%], n = 20' of a relative estimate (absolute ones at 4 decimals); with holm,
+    """'-0.61% [-0.78%, -0.43%], n = 20' of a relative estimate (a slope of one in percentage points,
+    absolute ones at 4 decimals); with holm,
     its Holm-adjusted p after n. No brackets around n, so a sentence puts it in its own."""
     if e is None or e.value is None:
         return f"n/a ({e.reason})" if e is not None and e.reason else "n/a"
     if e.unit == "relative":
         text = f"{pct(e.value)} {pct_ci(e)}"
+    elif e.unit == "relative per doubling":  # a slope of a relative effect: in percentage points
+        text = f"{100 * e.value:+.2f}" + (f" [{100 * e.lo:+.2f}, {100 * e.hi:+.2f}]" if e.ci.defined else "")
+        text += " percentage points"
     else:
         text = f"{e.value:+.4f}" + (f" [{e.lo:+.4f}, {e.hi:+.4f}]" if e.ci.defined else "")
     return text + (f", n = {e.n}" if n else "") + (f", Holm p {pvalue(e.p_holm)}" if holm else "")
