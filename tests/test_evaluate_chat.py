@@ -174,12 +174,9 @@ def test_greedy_batch_replies_as_each_prompt_alone_and_stops_per_row():
 
 
 def test_generate_replies_keeps_question_order_at_any_batch_size():
-    torch.manual_seed(0)
-    model = GPT(dataclasses.replace(make_config("smoke").model, vocab_size=TOK.vocab_size, sequence_len=64))
-    model.init_weights()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    from xsa.validation import random_model
+    shape = dataclasses.replace(make_config("smoke").model, vocab_size=TOK.vocab_size, sequence_len=64)
+    model = random_model(0, **dataclasses.asdict(shape))
     questions = ["1+1?", "what is the capital of a country with a long name?", "hi", "seven"]
     one = chat.generate_replies(model.eval(), TOK, questions, 6, 64, batch_size=1)
     assert chat.generate_replies(model, TOK, questions, 6, 64, batch_size=3) == one

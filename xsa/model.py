@@ -104,9 +104,15 @@ class KVCache:
         # (B,) padding tokens before each row's prompt, when prompts of unequal length decode as
         # one batch (aligned at their ends); None: no padding
         self.pad = pad
+        self._mask = None  # ((pos, T), mask): every layer of one forward reads the same mask
 
     def mask(self, T: int, device) -> torch.Tensor | None:
         """Which keys so far each of T new queries attends to, or None where it is every key."""
+        if self._mask is None or self._mask[0] != (self.pos, T):
+            self._mask = ((self.pos, T), self._build_mask(T, device))
+        return self._mask[1]
+
+    def _build_mask(self, T: int, device) -> torch.Tensor | None:
         Tk = self.pos + T
         if self.pad is None:  # causal within the chunk; one new token sees all
             return None if T == 1 else torch.ones(T, Tk, dtype=torch.bool, device=device).tril(diagonal=Tk - T)

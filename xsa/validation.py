@@ -37,7 +37,8 @@ class Check:
 
 
 def random_model(seed: int = 0, **overrides) -> GPT:
-    """A tiny GPT whose zero-initialised projections are perturbed, so every path carries signal."""
+    """A GPT (tiny, unless the overrides give a shape) whose zero-initialised projections are perturbed,
+    so every path carries signal."""
     torch.manual_seed(seed)
     model = GPT(GPTConfig(**{**TINY, **overrides}))
     model.init_weights()

@@ -130,9 +130,10 @@ def run_humaneval(item: dict, reply: str, timeout: float = 5.0, memory_mb: int =
 def greedy_batch(model, prompts: list[list[int]], max_tokens: int, stop: set[int]) -> list[list[int]]:
     """Greedy replies to several prompts at once, each up to (not including) its first stop token.
 
-    The prompts are left-padded to one length and decode as one batch with a KV cache that keeps
-    each row at its own positions and hides the padding (xsa.model.KVCache), so a reply is the one
-    the prompt gets alone (tests/test_evaluate_chat.py). One host sync a step: are all rows done?"""
+    The prompts are left-padded to one length and decode as one batch with a KV cache that hides
+    the padding (xsa.model.KVCache; rotary embeddings see distances only, so the shift is unseen),
+    so a reply is the one the prompt gets alone (tests/test_evaluate_chat.py). One host sync a
+    step: are all rows done?"""
     device, c = model.wte.weight.device, model.config
     longest = max(len(p) for p in prompts)
     pad = torch.tensor([longest - len(p) for p in prompts], device=device)

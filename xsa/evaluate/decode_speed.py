@@ -10,8 +10,8 @@ generated tokens per second of each, their ratio, and the share of questions who
 
     python -m xsa.evaluate.decode_speed [--preset d12] [--questions 16] [--tokens 32]
 
-The model is the preset's shape, randomly initialised (its zero projections perturbed, as a
-trained model's are not zero). Stop tokens are left out so every reply runs its full length: the
+The model is the preset's shape, randomly initialised (xsa.validation.random_model: its zero
+projections perturbed, as a trained model's are not zero). Stop tokens are left out so every reply runs its full length: the
 ratio is of decoding speed, not of how soon a model stops. The GPU quick check runs the same
 comparison in bf16 (its `decode` part).
 """
@@ -19,23 +19,16 @@ comparison in bf16 (its `decode` part).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import torch
 
 from xsa.common import Timer, autodetect_device, device_name
 from xsa.evaluate.chat import greedy_batch
-from xsa.model import build
 from xsa.presets import make_config
 from xsa.step import Precision
-
-
-def random_model(preset: str, device, seed: int = 0):
-    model = build(make_config(preset).model, seed=seed, device=device).eval()
-    with torch.no_grad():
-        for w in model.parameters():
-            w.add_(0.02 * torch.randn_like(w))
-    return model
+from xsa.validation import random_model
 
 
 def random_prompts(n: int, vocab: int, shortest: int = 40, longest: int = 200, seed: int = 1) -> list[list[int]]:
@@ -69,8 +62,7 @@ def compare(model, prompts: list[list[int]], tokens: int, gen_batch: int, timer:
 def measure(preset: str, device, questions: int, tokens: int, gen_batch: int) -> dict:
     """compare() at a preset's shape, in the device's precision (bf16 autocast and bf16 embeddings
     on CUDA, as ChatCORE runs there; fp32 elsewhere)."""
-    torch.manual_seed(0)
-    model = random_model(preset, device)
+    model = random_model(0, **dataclasses.asdict(make_config(preset).model)).to(device).eval()
     precision = Precision.of(device)
     precision.store(model)
     prompts = random_prompts(questions, model.config.vocab_size)
