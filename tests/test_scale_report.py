@@ -134,3 +134,25 @@ def test_a_scale_record_that_is_not_whole_stops_the_section_naming_its_file(resu
     from xsa.report.scale import scale_section
     with pytest.raises(RecordError, match="provenance.json: missing"):  # the made-up records have none
         scale_section(get_study("default"), results, tmp_path)
+
+
+def test_a_damaged_scale_record_left_out_is_analysed_as_never_trained_and_kept(tmp_path):
+    from xsa.report.integrity import RecordError, known_runs
+    from xsa.report.scale import scale_section
+    results = tmp_path / "results"
+    shutil.copytree(REPO_ROOT / "results" / "runs", results / "runs")  # the committed records, scale's own among them
+    study = get_study("default")
+    book, _, _ = scale_section(study, results, tmp_path / "figures")
+    x4 = book["length_x4"]
+    assert x4.n >= 2, "the committed records have x4 pairs"
+    damaged = results / "runs" / x4.runs[-1]
+    (damaged / "provenance.json").unlink()
+    with pytest.raises(RecordError, match=f"(?s){damaged.name}.*provenance.json: missing.*--leave-out"):
+        scale_section(study, results, tmp_path / "figures")
+    assert damaged.name in known_runs(study, results)  # the paper stage accepts it as a run to leave out
+    kept = sorted(p.name for p in damaged.iterdir())
+    book, tables, _ = scale_section(study, results, tmp_path / "figures", leave_out=[damaged.name])
+    assert book["length_x4"].n == x4.n - 1 and damaged.name not in book["length_x4"].runs
+    assert damaged.name not in book["runs_done"].runs
+    assert next(r for r in tables["scale"] if r["level"] == "length x4")["status"].startswith("interim")
+    assert sorted(p.name for p in damaged.iterdir()) == kept  # its files are left as they were

@@ -15,6 +15,7 @@ import os
 import platform
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,27 @@ def append_jsonl(path, record: dict) -> None:
             f.flush()
     except OSError as e:
         raise _named(e, path) from None
+
+
+@contextmanager
+def records_without(results, run_ids):
+    """The results folder `results` as if the runs `run_ids` had never been trained: a temporary folder
+    of links to every entry but those runs' folders (`results` itself when there are none). Code that
+    reads records, the scale study's pre-registered analysis among it, then runs unchanged without them."""
+    results, run_ids = Path(results), set(run_ids or ())
+    if not run_ids:
+        yield results
+        return
+    with tempfile.TemporaryDirectory(prefix="xsa-records-") as tmp:
+        view = Path(tmp)
+        for entry in results.iterdir():
+            if entry.name != "runs":
+                (view / entry.name).symlink_to(entry.resolve())
+        (view / "runs").mkdir()
+        for run in (results / "runs").iterdir() if (results / "runs").is_dir() else ():
+            if run.name not in run_ids:
+                (view / "runs" / run.name).symlink_to(run.resolve())
+        yield view
 
 
 def read_json(path) -> Any:

@@ -211,7 +211,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
                                           *robust["archived_runs"]])
     tables["scale"], tables["scale_gates"], figures_scale = [], [], None
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
-        estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir)
+        estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir, leave_out)
         tables.update(scale_tables)
         own = load_runs(results_dir, list(estimates[study.prediction]["runs_done"].runs))  # its runs so far
         tables["runs"] = tables["runs"] + every_run_table([(study.prediction, own)])

@@ -321,9 +321,17 @@ def studies_checked(study, results_dir) -> list:
     return [study] + ([get_study(study.robustness, results_dir)] if study.robustness else [])
 
 
+def _and_its(study) -> str:
+    """The studies besides `study` whose runs leave_out may name, as an error message says them."""
+    others = [f"{s!r}" for s in (study.robustness, study.prediction) if s]
+    return f" or of {' or '.join(others)}" if others else ""
+
+
 def known_runs(study, results_dir) -> set[str]:
-    """The run ids `leave_out` may name: those of the study and of its robustness study."""
-    return {r.run_id for s in studies_checked(study, results_dir) for r in s.runs}
+    """The run ids `leave_out` may name: those of the study, of its robustness study and of its
+    prediction (scale) study, as their rules declare them from the records."""
+    scale = [get_study(study.prediction, results_dir)] if study.prediction else []
+    return {r.run_id for s in studies_checked(study, results_dir) + scale for r in s.runs}
 
 
 def check_records(study, results_dir, leave_out=(), interim: bool = False) -> list[str]:
@@ -331,9 +339,8 @@ def check_records(study, results_dir, leave_out=(), interim: bool = False) -> li
     (every declared run, or with `interim` those that have a summary), the runs in leave_out aside."""
     leave_out = set(leave_out or ())
     checked = studies_checked(study, results_dir)
-    known = {r.run_id for s in checked for r in s.runs}
-    problems = [f"leave_out: {r!r} is not a run of the study {study.name!r}"
-                + (f" or of {study.robustness!r}" if study.robustness else "") for r in sorted(leave_out - known)]
+    problems = [f"leave_out: {r!r} is not a run of the study {study.name!r}" + _and_its(study)
+                for r in sorted(leave_out - known_runs(study, results_dir))]
     root = Path(results_dir) / "runs"
     for run in study.runs:
         if run.run_id not in leave_out:

@@ -21,7 +21,7 @@ from xsa.design import final_bpb
 from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit,
                          model_conditions, pairs_to_test)
 from xsa.presets import make_config, scaling_params
-from xsa.records import read_json
+from xsa.records import read_json, records_without
 from xsa.report.estimates import Estimate, fact, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
@@ -300,21 +300,26 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
     return rows
 
 
-def scale_section(study, results_dir, figures_dir):
+def scale_section(study, results_dir, figures_dir, leave_out=()):
     """The study's prediction study (scale): its estimates, its tables (the levels, and the learned
-    gate per layer and head) and its figure (None before its model can fit). Its finished records are checked whole first; runs still training or
-    not declared yet are its interim state, which the table and the text say."""
+    gate per layer and head) and its figure (None before its model can fit). Its finished records are
+    checked whole first; runs still training or not declared yet are its interim state, which the table
+    and the text say. The runs in leave_out are analysed as never trained: the study's rules may then
+    declare them again, and their levels say interim."""
     results_dir = Path(results_dir)
-    scale = get_study(study.prediction, results_dir)
-    problems = check_present(scale, results_dir)
-    if problems:
-        raise RecordError(f"the records of study {scale.name!r} cannot make the scale section ({len(problems)} "
-                          "problem" + ("s" if len(problems) > 1 else "") + "; nothing was written):\n  "
-                          + "\n  ".join(problems))
-    est = scale_estimates(results_dir)
-    book = scale_book(results_dir, est)
+    with records_without(results_dir, leave_out) as view:
+        scale = get_study(study.prediction, view)
+        problems = check_present(scale, results_dir, leave_out)  # named by their own paths, not the view's
+        if problems:
+            raise RecordError(f"the records of study {scale.name!r} cannot make the scale section ({len(problems)} "
+                              "problem" + ("s" if len(problems) > 1 else "") + "; nothing was written):\n  "
+                              + "\n  ".join(problems) + "\nrepair or retrain those runs, or leave a run out on "
+                              "purpose (--leave-out RUN_ID)")
+        est = scale_estimates(view)
+        book = scale_book(view, est)
+        table = scale_table(book, view)
     figure = fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale") if est.get("fit") else None
-    return book, {"scale": scale_table(book, results_dir), "scale_gates": gate_table(est)}, figure
+    return book, {"scale": table, "scale_gates": gate_table(est)}, figure
 
 
 def gate_table(est: dict) -> list[dict]:
