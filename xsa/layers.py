@@ -30,8 +30,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analysis", ("xsa.predict",)),
     # the stages that write run records, and the checks and benchmarks beside them
     ("stages", ("xsa.train", "xsa.evaluate", "xsa.evaluate.*", "xsa.diagnostics", "xsa.throughput",
-                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.gpu_parts", "xsa.memory", "xsa.reproduce",
-                "xsa.data.__main__")),
+                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.gpu_parts", "xsa.gpu_cost", "xsa.memory",
+                "xsa.reproduce", "xsa.data.__main__")),
     # tables, figures, claims and sentences, read from run records
     ("report", ("xsa.report", "xsa.report.*")),
     # a study's pre-registration (its power analysis reads the pilot's records)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from xsa.design import final_bpb
+from xsa.gpu_cost import GPUS, MFU, NODE_USD_PER_HOUR, run_hours, test_hours
 from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit,
                          model_conditions, pairs_to_test)
 from xsa.presets import make_config, scaling_params
@@ -275,8 +276,33 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
                                   "the d12 test's target: its 95% interval's half-width")
     book["d12_pairs"] = fact("d12_pairs", pairs_to_test(GPU_PAIR_SD, D12_HALF_WIDTH), "pairs",
                              f"d12 pairs for that half-width at an assumed per-pair SD of {100 * GPU_PAIR_SD:.3f}%")
+    book.update(gpu_cost_facts(study_d12_config(results), book["d12_pairs"].value))
     for (source, what, value), key in zip(ANCHORS, ("anchor_nanochat", "anchor_modded_nanogpt", "anchor_golf")):
         book[key] = fact(key, value, "relative", f"{source}: {what} (as the source reports it)", family="anchor")
+    return book
+
+
+def study_d12_config(results: Path):
+    """The config of the d12 test's runs (nanochat's d12 at its recipe), as its study declares them."""
+    return get_study("d12-test", results).runs[0].config()
+
+
+def gpu_cost_facts(cfg, pairs: int) -> dict[str, Estimate]:
+    """What the d12 test costs on one node of eight H100s (xsa/gpu_cost.py: estimated from the
+    model's FLOPs, not measured), each end of its range a fact the paper's text reads."""
+    book, run, test = {}, run_hours(cfg), test_hours(cfg, pairs)
+    ends = {"d12_run_hours": (run, "wall hours of one d12 run"),
+            "d12_test_hours": (test, f"wall hours of the d12 test at {pairs} pairs, its data build included"),
+            "d12_test_usd": (tuple(NODE_USD_PER_HOUR * h for h in test), "its cost in US dollars")}
+    for key, (values, what) in ends.items():
+        for end, v in zip(("lo", "hi"), values):
+            book[f"{key}_{end}"] = fact(f"{key}_{end}", v, key.rsplit("_", 1)[1], f"{what} on one node of "
+                                        f"{GPUS} H100s, {'fast' if end == 'lo' else 'slow'} end of an estimate "
+                                        f"at {100 * MFU[end == 'lo']:.0f}% MFU (xsa/gpu_cost.py)", family="cost")
+    for end, v in zip(("lo", "hi"), MFU):
+        book[f"gpu_mfu_{end}"] = fact(f"gpu_mfu_{end}", v, "share", "MFU the GPU estimate assumes", family="cost")
+    book["gpu_usd_per_hour"] = fact("gpu_usd_per_hour", NODE_USD_PER_HOUR, "USD an hour",
+                                    f"the rental price of one node of {GPUS} H100s the estimate assumes", family="cost")
     return book
 
 
