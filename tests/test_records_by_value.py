@@ -46,6 +46,10 @@ def new_fields(monkeypatch):
         adam_weight_decay: dict = field(default_factory=lambda: {**decay, "probe_gate": 0.0})
 
     monkeypatch.setattr(config, "ADAM_GROUPS", (*config.ADAM_GROUPS, "probe_gate"))
+    for recipe in config.RECIPES.values():  # a recipe that sets every group (built over ADAM_GROUPS) has it too
+        for key, default in (("adam_betas", (0.8, 0.95)), ("adam_weight_decay", 0.0)):
+            if key in recipe["train"]:
+                monkeypatch.setitem(recipe["train"], key, {**recipe["train"][key], "probe_gate": default})
     old = {"GPTConfig": config.GPTConfig, "TrainConfig": config.TrainConfig}
     _patch_everywhere(monkeypatch, "GPTConfig", GPTConfig)
     _patch_everywhere(monkeypatch, "TrainConfig", TrainConfig)
