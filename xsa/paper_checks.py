@@ -10,6 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from xsa.report.integrity import other_studies
+
 
 def check_paper_stage(study, paper_dir, leave_out=(), known=None) -> None:
     """Raise ValueError naming the path or run id that would stop the paper stage; `known`: the run
@@ -17,10 +19,8 @@ def check_paper_stage(study, paper_dir, leave_out=(), known=None) -> None:
     known = set(known) if known is not None else {r.run_id for r in study.runs}
     unknown = [r for r in leave_out if r not in known]
     if unknown:
-        others = [f"its {kind} study {name!r}" for kind, name in
-                  (("robustness", study.robustness), ("scale", study.prediction)) if name]
         raise ValueError(f"--leave-out: {', '.join(unknown)} is not a run of the study {study.name!r}"
-                         + (f" or of {' or of '.join(others)}" if others else ""))
+                         + other_studies(study))
     paper_dir = Path(paper_dir)
     existing = next(p for p in (paper_dir, *paper_dir.parents) if p.exists())
     if not existing.is_dir():

@@ -321,10 +321,10 @@ def studies_checked(study, results_dir) -> list:
     return [study] + ([get_study(study.robustness, results_dir)] if study.robustness else [])
 
 
-def _and_its(study) -> str:
+def other_studies(study) -> str:
     """The studies besides `study` whose runs leave_out may name, as an error message says them."""
-    others = [f"{s!r}" for s in (study.robustness, study.prediction) if s]
-    return f" or of {' or '.join(others)}" if others else ""
+    return "".join(f" or of its {kind} study {name!r}" for kind, name in
+                   (("robustness", study.robustness), ("scale", study.prediction)) if name)
 
 
 def known_runs(study, results_dir) -> set[str]:
@@ -339,7 +339,7 @@ def check_records(study, results_dir, leave_out=(), interim: bool = False) -> li
     (every declared run, or with `interim` those that have a summary), the runs in leave_out aside."""
     leave_out = set(leave_out or ())
     checked = studies_checked(study, results_dir)
-    problems = [f"leave_out: {r!r} is not a run of the study {study.name!r}" + _and_its(study)
+    problems = [f"leave_out: {r!r} is not a run of the study {study.name!r}" + other_studies(study)
                 for r in sorted(leave_out - known_runs(study, results_dir))]
     root = Path(results_dir) / "runs"
     for run in study.runs:
