@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from xsa.records import REPO_ROOT, atomic_write_json, read_json
-from xsa.report.scale import fig_scale, scale_book, scale_estimates, scale_table
+from xsa.report.scale import HEADS_SLOPE, fig_scale, scale_book, scale_estimates, scale_table
 from xsa.studies import get_study
 
 from test_scale_study import record
@@ -86,6 +86,21 @@ def test_the_estimates_file_binds_each_level_to_its_runs_and_counts_only_the_stu
     assert rows["length x1"]["first_record"].startswith("2026-")  # read from the robust records' provenance
 
 
+def test_the_post_hoc_heads_slope_is_per_seed_at_width_128_and_says_it_is_post_hoc(results):
+    """The made-up effect moves +0.1 point per doubling of heads; the post hoc slope reads it from the
+    1-, 4- and 8-head levels on their common seeds only (never the robust study's 2-head seeds)."""
+    est = scale_estimates(results)
+    e = est[HEADS_SLOPE]
+    assert e["n"] == e["declared"] == 8 and e["value"] == pytest.approx(0.001, abs=1e-6)
+    assert len(e["runs"]) == 3 * 2 * 8 and all("-h2-" not in r and int(r.rsplit("_s", 1)[1]) >= 210 for r in e["runs"])
+    book = scale_book(results, est)
+    slope = book["heads_slope_w128"]
+    assert slope.family == "post hoc" and slope.unit == "relative per doubling" and "post hoc" in slope.definition
+    assert book["slope_heads"].family == "prediction"  # the model's pre-registered slope is a different estimate
+    rows = {r["level"]: r for r in scale_table(book, results)}
+    assert rows[HEADS_SLOPE]["status"] == "complete" and rows[HEADS_SLOPE]["family"] == "post hoc"
+
+
 def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
     runs = REPO_ROOT / "results" / "runs"
     shutil.copytree(runs, tmp_path / "runs", ignore=lambda d, names: [n for n in names if d == str(runs) and not (
@@ -93,7 +108,7 @@ def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
     book = scale_book(tmp_path)
     assert book["length_x4"].value is None and book["length_x4"].reason == "not declared yet"
     assert book["runs_done"].value == 0 and book["levels_with_pairs"].value == 0  # x1 and 2 heads are the robust study's
-    assert "prediction_d12" not in book
+    assert "prediction_d12" not in book and book["heads_slope_w128"].value is None
     rows = {r["level"]: r for r in scale_table(book, tmp_path)}
     assert rows["length x4"]["status"] == "not declared yet" and rows["length x1"]["status"] == "complete"
     assert rows["length x1/3"]["status"] == "not run"  # declared (its LR is the robust study's), no records yet

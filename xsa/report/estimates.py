@@ -133,14 +133,19 @@ def contrasted(key, runs, c, metric="val_bpb", family="", **extra) -> Estimate:
 SEQ_LENS = (256, 512, 1024)  # the slope's sequence lengths: T = 512 is the robust primary's
 
 
+def per_seed_slopes(per_pair: list[dict], xs) -> tuple[list[int], list[float]]:
+    """Per seed that every level has, the least-squares slope of its effects ({seed: effect} per level)
+    against xs (one x a level): (seeds, slopes)."""
+    x0 = sum(xs) / len(xs)
+    seeds = sorted(set.intersection(*(set(d) for d in per_pair)))
+    return seeds, [sum((x - x0) * d[s] for x, d in zip(xs, per_pair)) / sum((x - x0) ** 2 for x in xs) for s in seeds]
+
+
 def slope(key, runs, pairs, family="secondary") -> Estimate:
     """Per seed, the least-squares slope of XSA's relative effect on val bpb against log2 T over SEQ_LENS
     (per doubling of T); its mean over the seeds that have all three."""
     per_pair = [relative_differences(per_seed(runs, p.a, "val_bpb"), per_seed(runs, p.b, "val_bpb")) for p in pairs]
-    xs = [math.log2(t) for t in SEQ_LENS]
-    x0 = sum(xs) / len(xs)
-    seeds = sorted(set.intersection(*(set(d) for d in per_pair)))
-    slopes = [sum((x - x0) * d[s] for x, d in zip(xs, per_pair)) / sum((x - x0) ** 2 for x in xs) for s in seeds]
+    seeds, slopes = per_seed_slopes(per_pair, [math.log2(t) for t in SEQ_LENS])
     return from_values(key, slopes, unit="relative", metric="val_bpb", family=family,
                        runs=_ids(runs, [a for p in pairs for a in p.arms()], set(seeds)),
                        definition="per seed, the least-squares slope of XSA's relative effect on val bpb against "
