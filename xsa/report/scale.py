@@ -227,6 +227,11 @@ BOOK_KEYS = {**SHORT, **{f"sensitivity {k}": f"sensitivity_{v}" for k, v in SHOR
              HEADS_SLOPE: "heads_slope_w128"}
 
 
+def book_key(name: str) -> str:
+    """The key an estimate has in the estimates file: its short name where it has one, else its slug."""
+    return slug(BOOK_KEYS.get(name, name))
+
+
 def _level(name: str, e: dict, family: str, runs) -> Estimate:
     why = "" if e.get("value") is not None else e.get("status", "not run")
     what = {"width 256, length": "(second's effect) minus (first's), per seed",
@@ -235,7 +240,7 @@ def _level(name: str, e: dict, family: str, runs) -> Estimate:
                          "the heads 1 and 4 levels had landed, so post hoc"
             }.get(name, "XSA minus baseline in final val bpb, relative to each seed's baseline, paired by seed")
     status = e.get("status", "")
-    return Estimate(slug(BOOK_KEYS.get(name, name)), e.get("value"), e.get("lo"), e.get("hi"), e.get("n", 0),
+    return Estimate(book_key(name), e.get("value"), e.get("lo"), e.get("hi"), e.get("n", 0),
                     p=e.get("p"), p_holm=e.get("p_holm"), family=family, reason=why, runs=tuple(runs),
                     unit="relative per doubling" if name == HEADS_SLOPE else "relative",
                     definition=f"{name}: {what}" + (f" ({status})" if status and status != "complete" else ""),
@@ -247,7 +252,7 @@ def _fit_estimate(name: str, e: dict, conditions) -> Estimate:
     what = ("the model's slope (t interval on the fit's df)" if "slope" in name else
             f"the model's 95% prediction interval for the true effect at {e.get('heads')} heads, "
             f"{e.get('tokens_per_param')} tokens per parameter, T = {e.get('seq_len')}")
-    return Estimate(slug(BOOK_KEYS.get(name, name)), e["value"], e["lo"], e["hi"], len(conditions), p=e.get("p"),
+    return Estimate(book_key(name), e["value"], e["lo"], e["hi"], len(conditions), p=e.get("p"),
                     p_holm=e.get("p_holm"), unit=unit, family="prediction", definition=f"{name}: {what}; fit on "
                     + ", ".join(conditions))
 
@@ -269,11 +274,11 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
         e = est.get(name) or {}
         family = ("primary" if name == study.primary else "secondary" if name in SECONDARY else
                   "post hoc" if name == HEADS_SLOPE else "level")
-        book[slug(BOOK_KEYS.get(name, name))] = _level(name, e, family, e.get("runs", ()))
+        book[book_key(name)] = _level(name, e, family, e.get("runs", ()))
     for name, e in est.items():  # the fit's slopes and predictions, once it can fit
         if isinstance(e, dict) and (name.removeprefix("sensitivity ") in SLOPES.values() or "prediction" in name):
             fit = est["sensitivity fit" if name.startswith("sensitivity") else "fit"]
-            book[slug(BOOK_KEYS.get(name, name))] = _fit_estimate(name, e, fit["conditions"])
+            book[book_key(name)] = _fit_estimate(name, e, fit["conditions"])
     reused = ("length x1", "heads 2")  # the robust study's pairs (its primary, its two-head pairs)
     book["levels_with_pairs"] = fact("levels_with_pairs", sum(book[slug(n)].n >= 2 for n in LEVELS if n not in reused),
                                      "levels", "levels of the study's own (not the robust study's it reuses) with "
@@ -344,7 +349,7 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
     and the date of its first record (after the pre-registration's, for the study's own levels)."""
     rows = []
     for name in (*LEVELS, "width 256, length", HEADS_SLOPE, "T=256", "T=512", "T=1024"):
-        e = book[slug(BOOK_KEYS.get(name, name))]
+        e = book[book_key(name)]
         status = ("complete" if e.declared and e.n >= e.declared else f"interim {e.n}/{e.declared}" if e.n
                   else e.reason or "not run")
         rows.append(dict(level=name, family=e.family, n=e.n, declared=e.declared, rel=e.value, rel_ci95=e.ci,
