@@ -142,6 +142,15 @@ def test_the_gate_map_has_every_layer_and_head_of_both_gate_levels_with_interval
     assert len([r for r in rows if r["level"] == "gate at 8 heads"]) == 4 * 8  # 4 layers x 8 heads
     first = [r for r in rows if r["layer"] == 0]
     assert all(r["ci"].hi < 0.2 for r in first) and all(r["ci"].lo > 0.4 for r in rows if r["layer"] > 0)
+    # what the text states of each level: 0.1 in layer 0 and 0.5 elsewhere average 0.4 over 4 layers; every
+    # gate's interval lies above 0 and none reaches 1
+    for prefix, heads in (("gate_w64", 4), ("gate_h8", 32)):
+        strength = book[f"{prefix}_strength"]
+        assert strength.n == 8 and strength.lo < 0.4 < strength.hi and strength.hi - strength.lo < 0.02
+        assert len(strength.runs) == 8 and all("gate" in r for r in strength.runs)
+        assert book[f"{prefix}_heads"].value == heads and book[f"{prefix}_heads_on"].value == heads
+        assert book[f"{prefix}_heads_off"].value == 0 and book[f"{prefix}_heads_full"].value == 0
+        assert abs(book[f"{prefix}_head_lo"].value - 0.1) < 0.02 and abs(book[f"{prefix}_head_hi"].value - 0.5) < 0.02
 
 
 def test_a_scale_record_that_is_not_whole_stops_the_section_naming_its_file(results, tmp_path):
