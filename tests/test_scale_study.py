@@ -119,3 +119,34 @@ def test_the_d12_test_trains_the_predicted_condition_under_its_precision_rule(tm
         record(tmp_path, pair.a.run(s), 0.85)
         record(tmp_path, pair.b.run(s), 0.85 * (1 + d))
     assert {r.seed for r in get_study("d12-test", tmp_path).runs} == set(range(8))
+
+
+def test_the_x4_check_trains_each_arm_at_the_other_arms_rate_once_the_bracket_has_selected(tmp_path):
+    assert get_study("scale-check", tmp_path).runs == ()  # nothing before the x4 bracket has selected
+    for _ in range(2):  # XSA's best, 0.04, is the bracket's edge: extended to 0.02 first
+        x4_bracket = [r for r in get_study("scale", tmp_path).runs if r.preset == "cpu-w64-d4-s1536"
+                      and r.seed in SELECT.seeds]
+        base = [r for r in x4_bracket if r.config().model.xsa_layers == "none"]
+        bowl(tmp_path, base, 0.08)
+        bowl(tmp_path, [r for r in x4_bracket if r not in base], 0.04)
+    check = get_study("scale-check", tmp_path)
+    # the baseline at XSA's rate first, then XSA at the baseline's, on the x4 level's first eight pairs
+    assert [(r.config().model.xsa_layers, r.config().matrix_lr) for r in check.runs[::8]] == [("none", 0.04), ("all", 0.08)]
+    assert [r.seed for r in check.runs] == list(PAIRS) * 2
+    pairs = {c.name: (c.a.get("matrix_lr"), c.b.get("matrix_lr"), c.a.get("xsa_layers"), c.b.get("xsa_layers"))
+             for c in (*check.main, *check.comparisons)}
+    assert pairs == {"x4, both at XSA's rate": (0.04, 0.04, "none", "all"),
+                     "x4 baseline, XSA's rate against its own": (0.08, 0.04, "none", "none"),
+                     "x4, both at the baseline's rate": (0.08, 0.08, "none", "all"),
+                     "x4 XSA, the baseline's rate against its own": (0.04, 0.08, "all", "all")}
+    # its other arms are the x4 level's own runs, so the check adds no second copy of them
+    x4 = get_study("scale", tmp_path).comparison("length x4")
+    assert check.comparison("x4 baseline, XSA's rate against its own").a == x4.a and check.main[0].b == x4.b
+
+
+def test_the_committed_x4_check_registration_is_the_generated_one():
+    from xsa.prereg import FILENAME
+    from xsa.prereg_check import check_document
+    from xsa.records import REPO_ROOT
+    results = REPO_ROOT / "results"
+    assert (results / "scale-check" / FILENAME).read_text() == check_document(results)

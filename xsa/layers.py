@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # tables, figures, claims and sentences, read from run records
     ("report", ("xsa.report", "xsa.report.*")),
     # a study's pre-registration (its power analysis reads the pilot's records)
-    ("pre-registration", ("xsa.prereg", "xsa.prereg_scale")),
+    ("pre-registration", ("xsa.prereg", "xsa.prereg_scale", "xsa.prereg_check")),
     # the paper's export and its checks
     ("paper", ("xsa.paper", "xsa.paper_checks")),
     # the pipeline over the stage notebooks and its jobs

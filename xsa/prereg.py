@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from xsa.design import detectable, half_width, slope_detectable
+from xsa.prereg_check import check_document
 from xsa.prereg_scale import scale_document
 from xsa.records import REPO_ROOT, atomic_write_text
 from xsa.report.records import load_runs, per_seed
@@ -114,7 +115,7 @@ def robust_document(results: Path) -> str:
     return "\n".join(lines)
 
 
-DOCUMENTS = {"robust": robust_document, "scale": scale_document}
+DOCUMENTS = {"robust": robust_document, "scale": scale_document, "scale-check": check_document}
 
 
 def main(argv=None) -> int:

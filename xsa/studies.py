@@ -15,6 +15,8 @@ The kinds these are made of (comparisons, claims, Study) are in xsa/study.py.
            choices, on the compiled CPU path (adaptive: xsa/design.py; pre-registered, xsa/prereg.py).
 - scale:   how XSA's effect moves with training length and heads, and its prediction for d12
            (xsa/study_scale.py; pre-registered with its model, xsa/predict.py).
+- scale-check: the scale study's x4 level with each arm also at the other arm's selected rate (registered
+           after the x4 records, before its own runs).
 - d12-test: that prediction tested on a GPU server, d12 pairs under a precision rule.
 """
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from xsa.design import LRRule, PrecisionRule
 from xsa.records import REPO_ROOT
 from xsa.spec import Arm
-from xsa.study_scale import d12_test_study, scale_study
+from xsa.study_scale import d12_test_study, scale_check_study, scale_study
 from xsa.study import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
                        unique_runs, xsa_pair)                                        # are read from here too)
 
@@ -217,8 +219,8 @@ def _robust(results) -> Study:
 
 
 STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study,
-           "d12-test": d12_test_study}
-ADAPTIVE = {"robust", "scale", "d12-test"}  # studies whose runs depend on the records so far (xsa/design.py)
+           "scale-check": scale_check_study, "d12-test": d12_test_study}
+ADAPTIVE = {"robust", "scale", "scale-check", "d12-test"}  # studies whose runs depend on the records so far (xsa/design.py)
 
 
 def get_study(name: str, results=None) -> Study:

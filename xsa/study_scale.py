@@ -146,6 +146,38 @@ def scale_study(results: Path) -> Study:
     )
 
 
+# A check of the x4 level, registered after its records and before its own runs
+# (results/scale-check/preregistration.md). At x4 the baseline at its selected matrix LR spread over twice
+# XSA's range between seeds (some seeds learn markedly slower), and each arm's selection rested on two
+# seeds. Trained on the x4 level's first eight pairs: each arm at the other arm's selected rate, so that
+# both arms are compared at either common rate and each arm's two rates against each other.
+CHECK_SEEDS = PAIRS  # 210-217
+CHECK_ORDER = ("x4, both at XSA's rate", "x4 baseline, XSA's rate against its own",
+               "x4, both at the baseline's rate", "x4 XSA, the baseline's rate against its own")
+
+
+def scale_check_study(results: Path) -> Study:
+    """The x4 check: the baseline at XSA's selected rate first, then XSA at the baseline's (8 pairs
+    each); nothing is declared before the x4 bracket has selected."""
+    x4 = xsa_pair("cpu-w64-d4-s1536", **FAST)
+    _, lrs = _bracket(results, x4)
+    if not lrs:
+        return Study(name="scale-check", scale=SCALE_CHECK, runs=(), main=(), pending=CHECK_ORDER)
+    (lr_base, lr_xsa), (base, xsa) = lrs, x4.arms()
+    tuned_base, tuned_xsa = base.with_(matrix_lr=lr_base), xsa.with_(matrix_lr=lr_xsa)
+    base_at_xsa, xsa_at_base = base.with_(matrix_lr=lr_xsa), xsa.with_(matrix_lr=lr_base)
+    both_xsa_lr = Paired(CHECK_ORDER[0], base_at_xsa, tuned_xsa)
+    pairs = (both_xsa_lr, Paired(CHECK_ORDER[1], tuned_base, base_at_xsa),
+             Paired(CHECK_ORDER[2], tuned_base, xsa_at_base), Paired(CHECK_ORDER[3], tuned_xsa, xsa_at_base))
+    runs = [base_at_xsa.run(s) for s in CHECK_SEEDS] + [xsa_at_base.run(s) for s in CHECK_SEEDS]
+    return Study(name="scale-check", scale=SCALE_CHECK, runs=unique_runs(runs), main=(both_xsa_lr,),
+                 comparisons=pairs[1:], primary=both_xsa_lr.name, core_arms=(), estimate_from=ESTIMATE_FROM,
+                 diagnostics=dict(batch_size=8, batches=2))
+
+
+SCALE_CHECK = "CPU scale (2-core CPU, fp32, compiled; one head of 64, 13.7 tokens per parameter; not d12/d24)"
+
+
 # The test of the prediction on a GPU server: d12 as the seed paper trained it (12 heads of 64, the
 # 324e69c recipe's 10.5 tokens per scaling parameter, T = 2048), 4 pairs, then 4 more at a time while
 # the interval is wider than +/-0.1%, at most 16 (results/scale/preregistration.md, "The test").
