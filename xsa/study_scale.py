@@ -172,7 +172,7 @@ def scale_check_study(results: Path) -> Study:
     runs = [base_at_xsa.run(s) for s in CHECK_SEEDS] + [xsa_at_base.run(s) for s in CHECK_SEEDS]
     return Study(name="scale-check", scale=SCALE_CHECK, runs=unique_runs(runs), main=(both_xsa_lr,),
                  comparisons=pairs[1:], primary=both_xsa_lr.name, core_arms=(), estimate_from=ESTIMATE_FROM,
-                 diagnostics=dict(batch_size=8, batches=2))
+                 diagnostics=dict(batch_size=8, batches=2), preregistered=("ca596fb", "2026-12-04 03:21"))
 
 
 SCALE_CHECK = "CPU scale (2-core CPU, fp32, compiled; one head of 64, 13.7 tokens per parameter; not d12/d24)"
