@@ -23,9 +23,16 @@ def effect(cfg):
     return -0.006 + 0.001 * math.log2(m.n_head) - 0.0005 * math.log2(d / 3.43)
 
 
+def best_lr(cfg):
+    """The made-up best matrix LR: 0.04 for XSA at x2 and x4 (so the x4 bracket selects two rates and the
+    check trains each arm at the other's), 0.08 elsewhere."""
+    longer = cfg.model.xsa_layers != "none" and cfg.num_iterations >= 768 and cfg.model.n_embd == 64
+    return 0.04 if longer else 0.08
+
+
 def bpb(run):
     cfg = run.config()
-    base = 2.0 + 0.001 * (run.seed % 7) + 0.01 * abs(math.log2(cfg.matrix_lr / 0.08))
+    base = 2.0 + 0.001 * (run.seed % 7) + 0.01 * abs(math.log2(cfg.matrix_lr / best_lr(cfg)))
     if cfg.model.xsa_gate:
         return base * (1 + 0.5 * effect(cfg))
     return base * (1 + effect(cfg)) if cfg.model.xsa_layers != "none" else base
@@ -39,8 +46,8 @@ def results(tmp_path_factory):
     # (its seeds start at 200): every scale record here is made up
     shutil.copytree(runs, out / "runs", ignore=lambda d, names: [n for n in names if d == str(runs) and not (
         n.startswith("cpu-w") and int(n.rsplit("_s", 1)[1]) < 200)])
-    for _ in range(4):  # the brackets select, then their pairs are declared
-        for run in get_study("scale", out).runs:
+    for _ in range(4):  # the brackets select, then their pairs are declared (and the x4 check's runs)
+        for run in (*get_study("scale", out).runs, *get_study("scale-check", out).runs):
             if not (out / "runs" / run.run_id / "summary.json").exists():
                 record(out, run, bpb(run) * (1 + 0.0005 * math.sin(run.seed)))
     for run in get_study("scale", out).runs:  # a gate run's learned strengths: 0.5 everywhere, 0.1 in layer 0
@@ -180,3 +187,22 @@ def test_a_damaged_scale_record_left_out_is_analysed_as_never_trained_and_kept(t
     assert damaged.name not in book["runs_done"].runs
     assert next(r for r in tables["scale"] if r["level"] == "length x4")["status"].startswith("interim")
     assert sorted(p.name for p in damaged.iterdir()) == kept  # its files are left as they were
+
+
+def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_common_rate(results):
+    """Made up: XSA's best rate at x4 is 0.04 and the baseline's 0.08, 0.01 bpb worse an octave off. The
+    check's four estimates read that (Holm over the four), the better-rates effect picks each arm's own
+    rate, and the sensitivity fit replaces the x4 level by its pairs at the common rate."""
+    book = scale_book(results)
+    own_penalty = 0.01 / 2.0  # an octave off the best rate, relative to a baseline of about 2.0
+    assert book["check_base_rates"].value == pytest.approx(own_penalty, rel=0.05)  # the baseline worse at 0.04
+    assert book["check_xsa_rates"].value == pytest.approx(own_penalty, rel=0.05)  # XSA worse at 0.08
+    x4 = book["length_x4"].value
+    assert book["check_common_xsa_rate"].value == pytest.approx(x4 - own_penalty, abs=1e-3)  # a baseline off its best
+    assert all(book[k].n == 8 and book[k].p_holm is not None and book[k].p_holm >= book[k].p
+               for k in ("check_common_xsa_rate", "check_base_rates", "check_common_base_rate", "check_xsa_rates"))
+    better = book["check_better_rates"]
+    assert better.value == pytest.approx(x4, abs=1e-9) and "optimistic" in better.definition
+    assert book["check_runs_done"].value == book["check_runs_declared"].value == 16
+    assert book["check_prediction_d12"].value != book["prediction_d12"].value  # the refit moved with x4
+    assert "length x4" in book["check_prediction_d12"].definition

@@ -146,6 +146,7 @@ class Study:
     preregistered: tuple[str, str] = ()
     pending: tuple[str, ...] = ()  # an adaptive study's comparisons its rules have not declared yet
     prediction: str = ""  # an adaptive study whose records make this paper's scale section (its model and prediction)
+    checks: tuple[str, ...] = ()  # studies registered after some of this one's records, checking one of its levels
 
     def __post_init__(self):
         # every paper has a primary comparison: a study that names none reports its first main pair

@@ -141,7 +141,7 @@ def scale_study(results: Path) -> Study:
         runs=unique_runs(runs), main=tuple(lengths[k] for k in LENGTHS.values() if k in lengths),
         comparisons=(*heads.values(), *gates, short, long_, Contrast("width 256, length", long_, short)),
         primary="length x4", half_width_target=PRECISION_X4.half_width, core_arms=(), pending=tuple(pending),
-        preregistered=("8c19852", "2026-12-02 22:07"),
+        preregistered=("8c19852", "2026-12-02 22:07"), checks=("scale-check",),
         diagnostics=dict(batch_size=8, batches=2),
     )
 
@@ -158,10 +158,11 @@ CHECK_ORDER = ("x4, both at XSA's rate", "x4 baseline, XSA's rate against its ow
 
 def scale_check_study(results: Path) -> Study:
     """The x4 check: the baseline at XSA's selected rate first, then XSA at the baseline's (8 pairs
-    each); nothing is declared before the x4 bracket has selected."""
+    each); nothing is declared before the x4 bracket has selected, nor where both arms selected one rate
+    (the level is then its own check)."""
     x4 = xsa_pair("cpu-w64-d4-s1536", **FAST)
     _, lrs = _bracket(results, x4)
-    if not lrs:
+    if not lrs or lrs[0] == lrs[1]:
         return Study(name="scale-check", scale=SCALE_CHECK, runs=(), main=(), pending=CHECK_ORDER)
     (lr_base, lr_xsa), (base, xsa) = lrs, x4.arms()
     tuned_base, tuned_xsa = base.with_(matrix_lr=lr_base), xsa.with_(matrix_lr=lr_xsa)

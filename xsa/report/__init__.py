@@ -213,8 +213,10 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
         estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir, leave_out)
         tables.update(scale_tables)
-        own = load_runs(results_dir, list(estimates[study.prediction]["runs_done"].runs))  # its runs so far
-        tables["runs"] = tables["runs"] + every_run_table([(study.prediction, own)])
+        done = {key: load_runs(results_dir, list(estimates[study.prediction][key].runs))  # its runs so far
+                for key in ("runs_done", "check_runs_done")}
+        tables["runs"] = tables["runs"] + every_run_table([(study.prediction, done["runs_done"]),
+                                                           ("scale-check", done["check_runs_done"])])
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
     tables["claims"] = claims_table(study, estimates)

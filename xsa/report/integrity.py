@@ -328,9 +328,10 @@ def other_studies(study) -> str:
 
 
 def known_runs(study, results_dir) -> set[str]:
-    """The run ids `leave_out` may name: those of the study, of its robustness study and of its
-    prediction (scale) study, as their rules declare them from the records."""
+    """The run ids `leave_out` may name: those of the study, of its robustness study, of its
+    prediction (scale) study and of that study's checks, as their rules declare them from the records."""
     scale = [get_study(study.prediction, results_dir)] if study.prediction else []
+    scale += [get_study(c, results_dir) for s in scale for c in s.checks]  # the checks of its levels
     return {r.run_id for s in studies_checked(study, results_dir) + scale for r in s.runs}
 
 

@@ -26,6 +26,7 @@ from xsa.records import read_json, records_without
 from xsa.report.estimates import Estimate, fact, per_seed_slopes, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
+from xsa.report.scale_check import check_book, check_conditions
 from xsa.stats import Interval, holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
 from xsa.study_scale import SECONDARY
@@ -81,12 +82,13 @@ def seq_len_levels(results: Path) -> dict:
                                 runs=_used(results, p, SEQ_SEEDS)) for t, p in pairs.items()}
 
 
-def model_estimates(results: Path, sensitivity: bool = False) -> dict:
-    """The fit's slopes (with model t p-values), tau, sigma, and the predictions; {} before it can fit."""
-    f = fit(model_conditions(results, sensitivity))
+def model_estimates(results: Path, sensitivity: bool = False, conditions=None, tag: str | None = None) -> dict:
+    """The fit's slopes (with model t p-values), tau, sigma, and the predictions; {} before it can fit.
+    With `conditions` (and a `tag` for its keys), the model fitted on those instead of the study's."""
+    f = fit(conditions if conditions is not None else model_conditions(results, sensitivity))
     if f is None:
         return {}
-    tag = "sensitivity " if sensitivity else ""
+    tag = tag if tag is not None else "sensitivity " if sensitivity else ""
     out = {f"{tag}fit": {"key": f"{tag}fit", "conditions": [c.name for c in f.conditions], "df": f.df,
                     "tau": math.sqrt(f.tau2), "sigma": math.sqrt(f.sigma2), "beta": [float(b) for b in f.beta]}}
     for axis, name in SLOPES.items():
@@ -191,6 +193,8 @@ def scale_estimates(results: Path) -> dict:
     est["anchors"] = [dict(source=s, what=w, value=v) for s, w, v in ANCHORS]
     est["gate map"] = gate_map(results, study)
     est.update({f"{name} strength": gate_strength(results, study, name) for name in GATES})
+    if (checked := check_conditions(results)) is not None:  # x4 at the common rate (xsa/report/scale_check.py)
+        est.update(model_estimates(results, conditions=checked, tag=CHECK_FIT))
     return est
 
 
@@ -243,7 +247,9 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale"):
 
 # the fit's keys, short where the text names them often
 SHORT = {SLOPES[1]: "slope_heads", SLOPES[2]: "slope_tokens", SLOPES[3]: "slope_seq_len"}
-BOOK_KEYS = {**SHORT, **{f"sensitivity {k}": f"sensitivity_{v}" for k, v in SHORT.items()},
+CHECK_FIT = "check "  # the sensitivity fit with x4 at the common rate
+FIT_TAGS = ("sensitivity ", CHECK_FIT)
+BOOK_KEYS = {**SHORT, **{f"{tag}{k}": f"{tag.strip()}_{v}" for tag in FIT_TAGS for k, v in SHORT.items()},
              HEADS_SLOPE: "heads_slope_w128"}
 
 
@@ -295,10 +301,11 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
         family = ("primary" if name == study.primary else "secondary" if name in SECONDARY else
                   "post hoc" if name == HEADS_SLOPE else "level")
         book[book_key(name)] = _level(name, e, family, e.get("runs", ()))
-    for name, e in est.items():  # the fit's slopes and predictions, once it can fit
-        if isinstance(e, dict) and (name.removeprefix("sensitivity ") in SLOPES.values() or "prediction" in name):
-            fit = est["sensitivity fit" if name.startswith("sensitivity") else "fit"]
-            book[book_key(name)] = _fit_estimate(name, e, fit["conditions"])
+    for name, e in est.items():  # the fits' slopes and predictions, once they can fit
+        tag = next((t for t in FIT_TAGS if name.startswith(t)), "")
+        if isinstance(e, dict) and (name.removeprefix(tag) in SLOPES.values() or "prediction" in name):
+            book[book_key(name)] = _fit_estimate(name, e, est[f"{tag}fit"]["conditions"])
+    book.update(check_book(results))
     reused = ("length x1", "heads 2")  # the robust study's pairs (its primary, its two-head pairs)
     book["levels_with_pairs"] = fact("levels_with_pairs", sum(book[slug(n)].n >= 2 for n in LEVELS if n not in reused),
                                      "levels", "levels of the study's own (not the robust study's it reuses) with "
@@ -413,7 +420,8 @@ def scale_section(study, results_dir, figures_dir, leave_out=()):
     results_dir = Path(results_dir)
     with records_without(results_dir, leave_out) as view:
         scale = get_study(study.prediction, view)
-        problems = check_present(scale, results_dir, leave_out)  # named by their own paths, not the view's
+        problems = [p for s in (scale, *(get_study(c, view) for c in scale.checks))  # named by their own paths
+                    for p in check_present(s, results_dir, leave_out)]
         if problems:
             raise RecordError(f"the records of study {scale.name!r} cannot make the scale section ({len(problems)} "
                               "problem" + ("s" if len(problems) > 1 else "") + "; nothing was written):\n  "
