@@ -131,7 +131,8 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     fitted = book.scale.prediction_d12.value is not None  # the scale model fits once enough levels have pairs
     figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects") + (("scale",) if fitted else ())}
     blocks = render(template_for("default").read_text(), book, figures, lambda name, **kw: "", dict(
-        study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale")))
+        study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
+        scale_checks={"scale-check": get_study("scale-check")}))
     text = "".join(v for k, v in blocks if k == "markdown")
     abstract = text.split("**Abstract.**")[1].split("\n## ")[0]
     assert len(abstract.split()) <= 250

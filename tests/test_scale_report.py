@@ -131,14 +131,20 @@ def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
     book["scale"] = scale
     figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects", "scale")}
     blocks = render(template_for("default").read_text(), Book(book), figures, lambda name, **kw: "", dict(
-        study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale")))
+        study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
+        scale_checks={"scale-check": get_study("scale-check")}))
     text = "".join(v for k, v in blocks if k == "markdown")
     section = text.split("## 4. Scale")[1].split("## 5.")[0]
     assert "The model predicts a change of" in section and "in progress" not in section
     lo, hi = (f"{100 * x:+.2f}%" for x in (scale["prediction_d12"].lo, scale["prediction_d12"].hi))
     assert lo in section and hi in section
     assert ("figure", "scale") in blocks
-    assert "strength each layer and head" in section  # the gate table, shown and referred to
+    # the gate: what it learned at both places, and its verdict against fixed alpha = 1 (made up: it keeps half
+    # of XSA's gain, so learning it raises the loss); the first study's shape with its verdict
+    assert "The learnable gate" in section and "With one head of 64 the gates learned a strength of" in section
+    assert "With eight heads at width 128" in section and "learning the\ngate raises the loss" in section
+    assert "The first study's shape" in section
+    assert ("table", "scale_gates") not in blocks  # tables are markdown blocks; the gate table is in the appendix
 
 
 def test_the_gate_map_has_every_layer_and_head_of_both_gate_levels_with_intervals(results, tmp_path):

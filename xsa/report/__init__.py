@@ -427,9 +427,10 @@ def paper_blocks(study, built: dict, results_dir) -> list:
     source = template_for(study.name).read_text()
     tables = lambda name, cols=None, **where: table_markdown(built, name, cols, **where)
     runs = [*built["runs"], *((built.get("robust") or {}).get("runs") or [])]
+    scale = get_study(study.prediction, results_dir) if study.prediction else None
     context = dict(study=study, left_out=left_out_note(built["left_out"]),
-                   machine_warnings=machine_warnings(study, built["runs"]), runs=runs,
-                   scale_study=get_study(study.prediction, results_dir) if study.prediction else None,
+                   machine_warnings=machine_warnings(study, built["runs"]), runs=runs, scale_study=scale,
+                   scale_checks={c: get_study(c, results_dir) for c in (scale.checks if scale else ())},
                    drawn=sorted(name for name, path in built["figures"].items() if path))
     return render(source, book(built, results_dir), built["figures"], tables, context)
 

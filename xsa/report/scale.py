@@ -26,7 +26,7 @@ from xsa.records import read_json, records_without
 from xsa.report.estimates import Estimate, fact, per_seed_slopes, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
-from xsa.report.scale_check import check_book, check_conditions
+from xsa.report.scale_check import KEYS as CHECK_KEYS, check_book, check_conditions
 from xsa.stats import Interval, holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
 from xsa.study_scale import SECONDARY
@@ -321,7 +321,8 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
     book["cpu_hours"] = fact("cpu_hours", sum(s.get("cpu_time_s") or 0 for _, s in done) / 3600, "CPU hours",
                              "process CPU time of the finished runs' training", family="cost",
                              runs=[r.run_id for r, _ in done])
-    for preset, key in (("cpu-w64-d4-s128", "tokens_per_param_x1_3"), ("cpu-w64-d4-s1536", "tokens_per_param_x4")):
+    for preset, key in (("cpu-w64-d4-s128", "tokens_per_param_x1_3"), ("cpu-w64-d4", "tokens_per_param_x1"),
+                        ("cpu-w64-d4-s768", "tokens_per_param_x2"), ("cpu-w64-d4-s1536", "tokens_per_param_x4")):
         cfg = make_config(preset)
         book[key] = fact(key, cfg.num_tokens / scaling_params(cfg.model), "tokens per parameter",
                          f"{preset}: training tokens per block-matrix-and-head parameter (nanochat's unit)")
@@ -402,8 +403,9 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
     """The levels as the paper's table shows them: each with its records against its declared pairs,
     and the date of its first record (after the pre-registration's, for the study's own levels)."""
     rows = []
-    for name in (*LEVELS, "width 256, length", HEADS_SLOPE, "T=256", "T=512", "T=1024"):
-        e = book[book_key(name)]
+    entries = [(name, book[book_key(name)]) for name in (*LEVELS, "width 256, length", HEADS_SLOPE, "T=256", "T=512",
+                                                          "T=1024")]
+    for name, e in (*entries, *((f"check: {n}", book[k]) for n, k in CHECK_KEYS.items())):
         status = ("complete" if e.declared and e.n >= e.declared else f"interim {e.n}/{e.declared}" if e.n
                   else e.reason or "not run")
         rows.append(dict(level=name, family=e.family, n=e.n, declared=e.declared, rel=e.value, rel_ci95=e.ci,
