@@ -195,7 +195,7 @@ def test_a_damaged_scale_record_left_out_is_analysed_as_never_trained_and_kept(t
     assert sorted(p.name for p in damaged.iterdir()) == kept  # its files are left as they were
 
 
-def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_common_rate(results):
+def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_common_rate(results, tmp_path):
     """Made up: XSA's best rate at x4 is 0.04 and the baseline's 0.08, 0.01 bpb worse an octave off. The
     check's four estimates read that (Holm over the four), the better-rates effect picks each arm's own
     rate, and the sensitivity fit replaces the x4 level by its pairs at the common rate."""
@@ -212,3 +212,7 @@ def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_com
     assert book["check_runs_done"].value == book["check_runs_declared"].value == 16
     assert book["check_prediction_d12"].value != book["prediction_d12"].value  # the refit moved with x4
     assert "length x4" in book["check_prediction_d12"].definition
+    # the figure draws the check beside the x4 level, named in its legend
+    fig_scale(scale_estimates(results), tmp_path, -0.0032, check=book["check_common_xsa_rate"])
+    assert "both arms at XSA&#39;s rate (the check)" in (tmp_path / "scale.svg").read_text() or \
+        "both arms at XSA's rate (the check)" in (tmp_path / "scale.svg").read_text()

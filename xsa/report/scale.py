@@ -1,8 +1,9 @@
 """
 The scale study's estimates, as its pre-registration states them (results/scale/preregistration.md):
 each level's effect, the model's slopes and its predictions for d12 and d24 (xsa/predict.py), the
-secondary family with Holm's correction, the learned gate per layer and head, and the T = 512 level of
-the robust study's sequence-length seeds. Every estimate says how many of its declared pairs have
+secondary family with Holm's correction, the learned gate per layer and head (xsa/report/scale_gates.py),
+the x4 check (xsa/report/scale_check.py), and the T = 512 level of the robust study's sequence-length
+seeds. Every estimate says how many of its declared pairs have
 records, so an interim report says so; a level whose rule has not declared it yet is "not run".
 
     est = scale_estimates(results)     # {key: estimate dict}, the keys below
@@ -27,7 +28,8 @@ from xsa.report.estimates import Estimate, fact, per_seed_slopes, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
 from xsa.report.scale_check import KEYS as CHECK_KEYS, check_book, check_conditions
-from xsa.stats import Interval, holm, mean_ci, t_pvalue, _t_two_sided
+from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, gate_table
+from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
 from xsa.study_scale import SECONDARY
 
@@ -99,47 +101,6 @@ def model_estimates(results: Path, sensitivity: bool = False, conditions=None, t
         mu, lo, hi = f.predict(**where)
         out[f"{tag}prediction {target}"] = dict(key=f"{tag}prediction {target}", value=mu, lo=lo, hi=hi, **where)
     return out
-
-
-GATES = {"gate at width 64": "gate_w64", "gate at 8 heads": "gate_h8"}  # the gate levels, their keys' prefix
-
-
-def learned_gates(results: Path, study, name: str) -> dict[str, list]:
-    """{run id: learned strengths [layer][head]} of each gate run of level `name` with a record, by seed."""
-    try:
-        pair = study.comparison(name)
-    except KeyError:
-        return {}
-    gates = {}
-    for s in sorted(declared_seeds(study, pair)):
-        run_id = pair.b.run(s).run_id
-        path = results / "runs" / run_id / "summary.json"
-        if path.exists() and (g := read_json(path).get("learned_gates")):
-            gates[run_id] = g
-    return gates
-
-
-def gate_strength(results: Path, study, name: str) -> dict:
-    """A gate level's learned strength averaged over its layers and heads in each run: the mean and 95%
-    interval over seeds (0: the gate turned XSA off, 1: full XSA)."""
-    gates = learned_gates(results, study, name)
-    st = mean_ci(float(np.mean([v for layer in g if layer for v in layer])) for g in gates.values())
-    return dict(key=f"{name} strength", value=st["mean"], lo=st["ci"].lo, hi=st["ci"].hi, n=st["n"],
-                runs=list(gates))
-
-
-def gate_map(results: Path, study) -> list[dict]:
-    """The learned XSA strength per layer and head of every gate arm: mean and 95% interval over seeds,
-    read from each run's summary (learned_gates)."""
-    rows = []
-    for name in GATES:
-        gates = list(learned_gates(results, study, name).values())
-        for layer in range(len(gates[0]) if gates else 0):
-            for head in range(len(gates[0][layer] or [])):
-                st = mean_ci(g[layer][head] for g in gates)
-                rows.append(dict(level=name, layer=layer, head=head, n=st["n"], value=st["mean"],
-                                 lo=st["ci"].lo, hi=st["ci"].hi))
-    return rows
 
 
 def _diffs(results: Path, pair, seeds) -> dict[int, float]:
@@ -219,15 +180,20 @@ def _axis(ax, est, names, x_of, fit, fixed, xlabel, seed_effect, xlim):
     ax.set_xlabel(xlabel)
 
 
-def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale"):
+def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale", check: Estimate | None = None):
     """XSA's effect against tokens per parameter (one head of 64) and against heads (width 128), each
     level with its 95% interval, the model along that axis, and the d12 and d24 predictions with their
-    95% prediction intervals at their own head counts."""
+    95% prediction intervals at their own head counts; with `check`, the x4 check's effect at a common
+    rate beside the x4 level (hollow, nudged right)."""
     fig, axes = new_figure(ncols=2, figsize=(FULL, 3.0), sharey=True)
     left, right = axes[0]
     fit = est.get("fit")
     _axis(left, est, [n for n in LEVELS if n.startswith("length")], lambda e: e["tokens_per_param"], fit,
           lambda x: (1, x), "tokens per scaling parameter (1 head of 64, T = 512)", seed_effect, (0.7, 20))
+    if check is not None and check.n >= 2 and est["length x4"].get("tokens_per_param"):
+        left.errorbar(1.15 * est["length x4"]["tokens_per_param"], 100 * check.value,
+                      yerr=[[100 * (check.value - check.lo)], [100 * (check.hi - check.value)]], fmt="o", mfc="white",
+                      color="C0", ms=4.5, capsize=2.5, lw=1.1, label="x4, both arms at XSA's rate (the check)")
     _axis(right, est, [n for n in LEVELS if n.startswith("heads")], lambda e: e["heads"], fit,
           lambda x: (x, 1.2), "heads at width 128 (T = 512)", seed_effect, (0.7, 20))
     for target, marker in (("d12", "D"), ("d24", "s")):
@@ -237,8 +203,11 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale"):
                            fmt=marker, color="C1", ms=4.5, capsize=2.5, lw=1.1,
                            label=f"prediction, {target} ({p['tokens_per_param']:g} tok/param, T = {p['seq_len']})")
     left.set_ylabel("XSA's change in final val bpb (%)")
-    handles, labels = right.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False)
+    entries = {}  # a label both panels carry (the model, the seed paper) listed once
+    for ax in (right, left):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out_dir, name)
 
 
@@ -343,31 +312,6 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
     return book
 
 
-def gate_facts(name: str, prefix: str, est: dict) -> dict[str, Estimate]:
-    """What a gate level learned, as the text states it: its strength averaged over layers and heads
-    (with its interval over seeds), and how many of its layer-and-head gates have an interval above
-    zero (XSA kept), one that includes zero (XSA off, or not told apart from off) and one that includes
-    one (full XSA)."""
-    g, rows = est[f"{name} strength"], [r for r in est["gate map"] if r["level"] == name]
-    runs = tuple(g["runs"])
-    book = {f"{prefix}_strength": Estimate(
-        f"{prefix}_strength", g["value"], g["lo"], g["hi"], g["n"], unit="strength", metric="", family="descriptive",
-        runs=runs, reason="" if g["n"] else "not run", definition=f"{name}: the learned XSA strength averaged over "
-        "layers and heads in each gate run, mean and 95% t-interval over seeds (0: no XSA, 1: full XSA)")}
-    defined = [r for r in rows if r["lo"] is not None]
-    counts = {"heads": (len(rows), "layer-and-head gates of the level"),
-              "heads_on": (sum(r["lo"] > 0 for r in defined), "gates whose 95% interval over seeds lies above 0"),
-              "heads_off": (sum(r["lo"] <= 0 for r in defined), "gates whose 95% interval over seeds reaches 0"),
-              "heads_full": (sum(r["lo"] <= 1 <= r["hi"] for r in defined), "gates whose 95% interval includes 1")}
-    for k, (v, what) in counts.items():
-        book[f"{prefix}_{k}"] = fact(f"{prefix}_{k}", v, "gates", f"{name}: {what}", family="descriptive", runs=runs)
-    for k, pick, what in (("head_lo", min, "lowest"), ("head_hi", max, "highest")):
-        v = pick((r["value"] for r in rows), default=None)
-        book[f"{prefix}_{k}"] = fact(f"{prefix}_{k}", v, "strength", f"{name}: the {what} mean learned strength "
-                                     "of a layer and head", family="descriptive", runs=runs)
-    return book
-
-
 def study_d12_config(results: Path):
     """The config of the d12 test's runs (nanochat's d12 at its recipe), as its study declares them."""
     return get_study("d12-test", results).runs[0].config()
@@ -432,10 +376,6 @@ def scale_section(study, results_dir, figures_dir, leave_out=()):
         est = scale_estimates(view)
         book = scale_book(view, est)
         table = scale_table(book, view)
-    figure = fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale") if est.get("fit") else None
+    figure = (fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale", book["check_common_xsa_rate"])
+              if est.get("fit") else None)
     return book, {"scale": table, "scale_gates": gate_table(est)}, figure
-
-
-def gate_table(est: dict) -> list[dict]:
-    """The learned gate per level, layer and head, each with its interval over seeds (the table's rows)."""
-    return [{**g, "ci": Interval(g["lo"], g["hi"])} for g in est["gate map"]]
