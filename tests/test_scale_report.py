@@ -121,9 +121,9 @@ def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
     assert rows["length x1/3"]["status"] == "not run"  # declared (its LR is the robust study's), no records yet
 
 
-def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
-    """With every level recorded (made up here), §4 states the d12 prediction from the estimates, its
-    figure shown and referred to; before, it says the study is in progress (tests/test_paper_text.py)."""
+def render_section_4(results):
+    """The paper's §4 rendered on the committed estimates with the scale book of `results`: (the scale
+    book, the section's text, the rendered blocks)."""
     from xsa.report.estimates import Book, read_estimates
     from xsa.report.writing import render, template_for
     book = {f.stem: read_estimates(f) for f in (REPO_ROOT / "results" / "estimates").glob("*.json") if f.stem != "smoke"}
@@ -134,7 +134,13 @@ def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
         study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
         scale_checks={"scale-check": get_study("scale-check")}))
     text = "".join(v for k, v in blocks if k == "markdown")
-    section = text.split("## 4. Scale")[1].split("## 5.")[0]
+    return scale, text.split("## 4. Scale")[1].split("## 5.")[0], blocks
+
+
+def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
+    """With every level recorded (made up here), §4 states the d12 prediction from the estimates, its
+    figure shown and referred to; before, it says the study is in progress (tests/test_paper_text.py)."""
+    scale, section, blocks = render_section_4(results)
     assert "The model predicts a change of" in section and "in progress" not in section
     lo, hi = (f"{100 * x:+.2f}%" for x in (scale["prediction_d12"].lo, scale["prediction_d12"].hi))
     assert lo in section and hi in section
@@ -145,6 +151,22 @@ def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
     assert "With eight heads at width 128" in section and "learning the\ngate raises the loss" in section
     assert "The first study's shape" in section
     assert ("table", "scale_gates") not in blocks  # tables are markdown blocks; the gate table is in the appendix
+
+
+def test_a_level_read_before_its_last_pairs_says_it_is_interim(results, tmp_path):
+    """The first study's shape with two of its six pairs at 384 steps recorded: §4 states that level
+    as an interim reading with its count, and the complete 128-step level without one."""
+    shutil.copytree(results, tmp_path / "results")
+    long_runs = [r for r in get_study("scale", tmp_path / "results").runs
+                 if r.config().model.n_embd == 256 and r.config().num_iterations == 384]
+    for run in long_runs:
+        if run.seed >= 212:
+            shutil.rmtree(tmp_path / "results" / "runs" / run.run_id)
+    scale, section, _ = render_section_4(tmp_path / "results")
+    first = section.split("The first study's shape")[1].split("\n\n")[0]
+    assert scale["width_256_384_steps"].n == 2 and scale["width_256_128_steps"].n == 6
+    assert "at 384" in first and first.count("an interim reading") == 1
+    assert "(an interim reading, 2 of its 6 pairs) at 384" in first
 
 
 def test_the_gate_map_has_every_layer_and_head_of_both_gate_levels_with_intervals(results, tmp_path):
