@@ -71,7 +71,7 @@ class Context:
 
 # the presentation layer: nothing the validation checks depends on it
 NOT_VALIDATED = ("xsa/pipeline.py", "xsa/jobs.py", "xsa/layers.py", "xsa/plot.py", "xsa/stats.py",
-                 "xsa/studies.py", "xsa/study_scale.py", "xsa/prereg", "xsa/report/")
+                 "xsa/studies.py", "xsa/study_scale.py", "xsa/prereg", "xsa/report/", "xsa/factorial/")
 
 
 def source_hash() -> str:

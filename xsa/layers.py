@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the kinds of study and comparison, and the rules of an adaptive study
     ("study kinds", ("xsa.study", "xsa.design")),
     # the studies as data
-    ("studies", ("xsa.studies", "xsa.study_scale")),
+    ("studies", ("xsa.studies", "xsa.study_scale", "xsa.factorial", "xsa.factorial.design")),
     # the scale study's model and prediction, read from run records (pre-registered with it)
     ("analysis", ("xsa.predict",)),
     # the stages that write run records, and the checks and benchmarks beside them
@@ -33,9 +33,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.gpu_parts", "xsa.gpu_cost", "xsa.memory",
                 "xsa.reproduce", "xsa.data.__main__")),
     # tables, figures, claims and sentences, read from run records
-    ("report", ("xsa.report", "xsa.report.*")),
+    ("report", ("xsa.report", "xsa.report.*", "xsa.factorial.analysis", "xsa.factorial.models",
+                "xsa.factorial.steps")),
     # a study's pre-registration (its power analysis reads the pilot's records)
-    ("pre-registration", ("xsa.prereg", "xsa.prereg_scale", "xsa.prereg_check")),
+    ("pre-registration", ("xsa.prereg", "xsa.prereg_scale", "xsa.prereg_check", "xsa.factorial.prereg")),
     # the paper's export and its checks
     ("paper", ("xsa.paper", "xsa.paper_checks")),
     # the pipeline over the stage notebooks and its jobs

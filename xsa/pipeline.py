@@ -80,6 +80,14 @@ def check_outputs(job: Job) -> None:
             raise StageError(f"stage train ({job.name}): the run stopped before its horizon (complete: false)")
 
 
+def coalesced(nb):
+    """The notebook with each run of stream outputs merged into one and every carriage-return overwrite
+    dropped (nbconvert's CoalesceStreamsPreprocessor): a progress bar's thousands of refreshes become
+    its last state, and the executed record stays small."""
+    from nbconvert.preprocessors import CoalesceStreamsPreprocessor  # lazy: start-up time (--help, --status)
+    return CoalesceStreamsPreprocessor().preprocess(nb, {})[0]
+
+
 def execute(job: Job, ctx: Context) -> Path:
     """Run the job's notebook with papermill; stamp the executed copy with the job's inputs."""
     import nbformat  # lazy: start-up time (--help and --status run no notebook)
@@ -102,7 +110,7 @@ def execute(job: Job, ctx: Context) -> Path:
         raise StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
                          + "\n  ".join(tail)) from None
     check_outputs(job)
-    nb = nbformat.read(str(record), as_version=4)
+    nb = coalesced(nbformat.read(str(record), as_version=4))
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
     atomic_write_text(record, stable_notebook(nb))  # no run times or absolute paths: a rerun changes nothing
     return record

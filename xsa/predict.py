@@ -128,17 +128,17 @@ class Fit:
         return mu, mu - half, mu + half
 
 
-def _gls(means, variances, X):
+def gls(means, variances, X):
     W = 1.0 / variances
     cov = np.linalg.inv(X.T @ (X * W[:, None]))
     beta = cov @ (X.T @ (W * means))
     return beta, cov
 
 
-def _reml(tau2: float, means, within, X) -> float:
+def reml(tau2: float, means, within, X) -> float:
     """The restricted log-likelihood of tau^2 (constants dropped)."""
     v = tau2 + within
-    beta, cov = _gls(means, v, X)
+    beta, cov = gls(means, v, X)
     r = means - X @ beta
     return -0.5 * (np.sum(np.log(v)) - np.linalg.slogdet(cov)[1] + np.sum(r * r / v))
 
@@ -156,8 +156,8 @@ def fit(conditions) -> Fit | None:
     ss = sum(float(np.sum((np.array(c.diffs) - c.mean) ** 2)) for c in used)
     sigma2 = ss / sum(c.n - 1 for c in used)
     within = np.array([sigma2 / c.n for c in used])
-    tau2 = float(max(TAU2_GRID, key=lambda t2: _reml(t2, means, within, X)))
-    beta, cov = _gls(means, tau2 + within, X)
+    tau2 = float(max(TAU2_GRID, key=lambda t2: reml(t2, means, within, X)))
+    beta, cov = gls(means, tau2 + within, X)
     return Fit(beta, cov, tau2, sigma2, used)
 
 

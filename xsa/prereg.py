@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from xsa.design import detectable, half_width, slope_detectable
+from xsa.factorial.prereg import factorial_document
 from xsa.prereg_check import check_document
 from xsa.prereg_scale import scale_document
 from xsa.records import REPO_ROOT, atomic_write_text
@@ -115,7 +116,8 @@ def robust_document(results: Path) -> str:
     return "\n".join(lines)
 
 
-DOCUMENTS = {"robust": robust_document, "scale": scale_document, "scale-check": check_document}
+DOCUMENTS = {"robust": robust_document, "scale": scale_document, "scale-check": check_document,
+             "factorial": factorial_document}
 
 
 def main(argv=None) -> int:
@@ -123,12 +125,19 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--study", default="robust", help="an adaptive study of xsa/studies.py (default: robust)")
     p.add_argument("--results", default=str(REPO_ROOT / "results"), help="results folder (default: results/)")
-    p.add_argument("--out", default=None, help="where to write (default: <results>/<study>/preregistration.md)")
+    p.add_argument("--out", default=None, help="where to write (default: <results>/<study>/preregistration.md); "
+                   "an existing file is never replaced without --force")
+    p.add_argument("--force", action="store_true", help="replace an existing file at --out")
     args = p.parse_args(argv)
-    if args.study not in ADAPTIVE:
-        p.error(f"--study {args.study!r}: not a pre-registered adaptive study (choose from {', '.join(sorted(ADAPTIVE))})")
+    if args.study not in DOCUMENTS:
+        p.error(f"--study {args.study!r}: not a pre-registered study (choose from {', '.join(sorted(DOCUMENTS))})")
     results = Path(args.results)
+    if not (results / "runs").is_dir():
+        p.error(f"--results {results}: not a results folder (it has no runs/ folder)")
     out = Path(args.out) if args.out else results / args.study / FILENAME
+    if out.exists() and not args.force:
+        p.error(f"--out {out}: exists; a registration is written once, before the runs it governs "
+                "(--force replaces it)")
     atomic_write_text(out, DOCUMENTS[args.study](results))
     print(f"pre-registration of {args.study}: {out}")
     return 0

@@ -82,6 +82,11 @@ PRESETS: dict[str, dict] = {
     "cpu-w64-d4-s128": _study(n_layer=4, n_embd=64, n_head=1, steps=128, eval_every=32),
     "cpu-w64-d4-s768": _study(n_layer=4, n_embd=64, n_head=1, steps=768, eval_every=96),
     "cpu-w64-d4-s1536": _study(n_layer=4, n_embd=64, n_head=1, steps=1536, eval_every=96),
+    # The factorial study's long cells (xsa/factorial/design.py): both shapes at 1,097 steps, which puts
+    # cpu-w64-d4 at 9.8 tokens per scaling parameter (nanochat's d12: 10.5) and cpu-w128-d4 at 3.43, the
+    # tokens per parameter of cpu-w64-d4 at its 384 steps.
+    "cpu-w64-d4-s1097": _study(n_layer=4, n_embd=64, n_head=1, steps=1097, eval_every=96),
+    "cpu-w128-d4-s1097": _study(n_layer=4, n_embd=128, n_head=2, steps=1097, eval_every=96),
     # The first CPU study's shape (archived, 30bc3ae) on today's stack: 256 wide, four heads of 64, 4
     # layers, at the primary's 384 steps and at that study's 128.
     "cpu-w256-d4": _study(n_layer=4, n_embd=256, n_head=4, steps=384),

@@ -18,6 +18,8 @@ The kinds these are made of (comparisons, claims, Study) are in xsa/study.py.
 - scale-check: the scale study's x4 level with each arm also at the other arm's selected rate (registered
            after the x4 records, before its own runs).
 - d12-test: that prediction tested on a GPU server, d12 pairs under a precision rule.
+- factorial: two shapes x two lengths x two common matrix LRs: which of steps, tokens per parameter
+           and model size carries XSA's gain (xsa/factorial/; pre-registered with its analysis code).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.design import LRRule, PrecisionRule
+from xsa.factorial.design import factorial_study
 from xsa.records import REPO_ROOT
 from xsa.spec import Arm
 from xsa.study_scale import d12_test_study, scale_check_study, scale_study
@@ -219,7 +222,7 @@ def _robust(results) -> Study:
 
 
 STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study,
-           "scale-check": scale_check_study, "d12-test": d12_test_study}
+           "scale-check": scale_check_study, "d12-test": d12_test_study, "factorial": factorial_study}
 ADAPTIVE = {"robust", "scale", "scale-check", "d12-test"}  # studies whose runs depend on the records so far (xsa/design.py)
 
 

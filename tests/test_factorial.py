@@ -1,0 +1,145 @@
+"""The factorial study: its design as data, and its registered analysis recovering effects planted in
+made-up run records (a steps account, a tokens-per-parameter account), so that each can fail."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from xsa.factorial import analysis as A
+from xsa.factorial import models as M
+from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
+from xsa.factorial.steps import condition_multiples, steps_to_reach
+from xsa.studies import get_study
+from xsa.study import xsa_pair
+
+
+def _write(results, run, bpb):
+    d = results / "runs" / run.run_id
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "summary.json").write_text(json.dumps(dict(complete=True, val_bpb=bpb)))
+
+
+def _plant(results, effect, noise=0.0005, seed=0):
+    """Records for every factorial run and the other conditions the models read: the baseline at
+    2.0 - 0.1 log2(steps / 384), XSA at baseline x (1 + effect(cfg)) with per-seed noise."""
+    rng = random.Random(seed)
+    pairs = [(p, c.seeds) for c in CELLS for p in c.pairs().values()]
+    for preset, seeds in (("cpu-w64-d4-s1536", M.X4_SEEDS), ("cpu-w64-d4-s128", M.X4_SEEDS),
+                          ("cpu-w256-d4-s128", M.W256_SEEDS), ("cpu-w256-d4", M.W256_SEEDS)):
+        p = xsa_pair(preset, cpu_compile=True)
+        pairs += [(type(p)(p.name, p.a.with_(matrix_lr=lr), p.b.with_(matrix_lr=lr)), seeds) for lr in RATES]
+    for pair, seeds in pairs:
+        cfg = pair.b.config()
+        for s in seeds:
+            base = 2.0 - 0.1 * math.log2(cfg.num_iterations / 384) + rng.gauss(0, 0.01)
+            _write(results, pair.a.run(s), base)
+            _write(results, pair.b.run(s), base * (1 + effect(cfg) + rng.gauss(0, noise)))
+
+
+def steps_account(cfg):
+    return -0.006 - 0.004 * math.log2(cfg.num_iterations / 384)
+
+
+def tokens_account(cfg):
+    from xsa.presets import scaling_params
+    return -0.006 - 0.004 * math.log2(cfg.num_tokens / scaling_params(cfg.model) / 3.43)
+
+
+def test_the_design_is_four_cells_at_two_common_rates_on_shared_seeds():
+    study = get_study("factorial")
+    assert len(study.runs) == 4 * 2 * 2 * 10 == len({r.run_id for r in study.runs})
+    for c in CELLS:
+        for p in c.pairs().values():
+            assert p.a.get("matrix_lr") == p.b.get("matrix_lr")
+            for arm in p.arms():
+                assert {r.seed for r in study.runs if r.arm == arm} == set(c.seeds)
+    # the short cells' 0.08 runs are the robust study's, by value
+    robust = {r.run_id for r in get_study("robust").runs}
+    assert all(c.pair(0.08).a.run(s).run_id in robust for c in CELLS[:1] for s in c.seeds)
+    # seed by seed: the first 16 runs are every cell's first seed
+    assert {r.seed for r in study.runs[:16]} == {100, 300}
+    # the equal-tokens-per-parameter cells have equal tokens per parameter, the equal-steps cells equal steps
+    axes = {c.name: M.axes_of(c.config()) for c in CELLS}
+    tpp = next(k for k in CONTRASTS if k.key == "equal_tokens_per_param")
+    assert axes[tpp.first]["tokens_per_param"] == pytest.approx(axes[tpp.second]["tokens_per_param"], abs=0.01)
+    steps = next(k for k in CONTRASTS if k.key == "equal_steps")
+    assert axes[steps.first]["steps"] == axes[steps.second]["steps"]
+    assert factorial_study().runs == study.runs
+
+
+def test_a_steps_account_is_recovered_and_the_other_fails(tmp_path):
+    _plant(tmp_path, steps_account)
+    cells = A.cell_estimates(tmp_path)
+    for c in CELLS:
+        assert cells[c.name]["n"] == 10
+        assert cells[c.name]["value"] == pytest.approx(steps_account(c.config()), abs=0.0006)
+    con = A.contrast_estimates(tmp_path)
+    assert con["equal_tokens_per_param"]["value"] == pytest.approx(-0.004 * math.log2(1097 / 384), abs=0.0008)
+    assert con["length_w64_per_doubling"]["value"] == pytest.approx(-0.004, abs=0.0006)
+    assert A.axis_verdict(con) == "steps"
+    res = M.compare(tmp_path)
+    assert "steps" in res["chosen"] and "tokens per parameter" not in res["chosen"]
+    assert res["heterogeneity"]["p"] > 0.01
+
+
+def test_a_tokens_per_parameter_account_is_recovered(tmp_path):
+    _plant(tmp_path, tokens_account)
+    con = A.contrast_estimates(tmp_path)
+    assert abs(con["equal_tokens_per_param"]["value"]) < 0.001
+    assert A.axis_verdict(con) == "tokens per parameter"
+    assert M.compare(tmp_path)["chosen"][0] == "tokens per parameter"
+
+
+def test_no_difference_between_cells_is_undecided_and_an_interim_cell_counts_its_pairs(tmp_path):
+    _plant(tmp_path, lambda cfg: -0.005)
+    assert A.axis_verdict(A.contrast_estimates(tmp_path)) == "undecided"
+    c = CELLS[1]
+    (tmp_path / "runs" / c.pair(0.04).b.run(c.seeds[0]).run_id / "summary.json").unlink()
+    assert A.cell_estimates(tmp_path)[c.name]["n"] == 9
+    assert A.cell_estimates(tmp_path)[f"{c.name}@0.08"]["n"] == 10
+
+
+def test_stability_modes_spikes_and_the_variance_ratio():
+    assert A.mode([4.0, 2.5, 2.0]) == "sharp" and A.mode([4.0, 3.0, 2.0]) == "diffuse" and A.mode(None) is None
+    flat = [dict(train_loss=4.0) for _ in range(100)]
+    assert A.spikes(flat) == 0
+    spiky = flat[:60] + [dict(train_loss=9.0)] * 3 + flat[:20] + [dict(train_loss=5.5)] + flat[:20]
+    assert A.spikes(spiky) == 2  # one excursion of three steps, one of one; a rise of 1 nat or less is none
+    assert A.spikes(flat[:60] + [dict(train_loss=5.0)] + flat[:10]) == 0
+    assert A.final_entropy([{"diag": {"entropy": [1, 2]}}, {"val_bpb": 2}, {"diag": {"entropy": [3, 4]}}]) == [3, 4]
+
+
+def test_the_variance_ratio_interval_covers_its_ratio(tmp_path):
+    _plant(tmp_path, steps_account)
+    c = CELLS[0]
+    s = A.spread(tmp_path, c.pair(0.08).a, c.pair(0.08).b, c.seeds)
+    assert s["lo"] < s["ratio"] < s["hi"] and s["n_a"] == s["n_b"] == 10
+
+
+def test_steps_to_reach_interpolates_in_log_steps_and_marks_extrapolation():
+    ladder = {384: 2.0, 1536: 1.8}
+    assert steps_to_reach(ladder, 1.9) == (pytest.approx(768), False)
+    assert steps_to_reach(ladder, 1.7)[0] == pytest.approx(3072) and steps_to_reach(ladder, 1.7)[1]
+    assert steps_to_reach({384: 2.0, 1536: 2.0}, 1.9) == (None, True)
+
+
+def test_the_steps_multiple_exceeds_one_where_xsa_is_lower(tmp_path):
+    _plant(tmp_path, steps_account)
+    m = condition_multiples(tmp_path)["w64 short@0.08"]
+    assert m["value"] > 1 and m["lo"] <= m["value"] <= m["hi"]
+
+
+def test_the_registration_is_written_once(tmp_path):
+    from xsa import prereg
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "keep.json"
+    out.write_text("{}")
+    with pytest.raises(SystemExit):
+        prereg.main(["--study", "factorial", "--results", str(tmp_path), "--out", str(out)])
+    assert out.read_text() == "{}"
+    with pytest.raises(SystemExit):
+        prereg.main(["--study", "factorial", "--results", str(tmp_path / "missing")])

@@ -1,0 +1,182 @@
+"""
+Which parameterisation of training length carries XSA's effect, chosen by the data (registered with
+the factorial study), and the d12 numbers each one gives, printed as conditional.
+
+A condition is one (shape, length) with its per-seed relative effects. Each candidate regresses the
+condition means on an intercept and log2 of one length axis, optionally with log2 of the scaling
+parameters: tokens per parameter, optimizer steps, tokens seen. The fit is the scale study's
+(xsa/predict.py): sigma^2 pooled within conditions, tau^2 by REML, coefficients by GLS.
+
+At CPU scale every run takes 4,096 tokens a step, so steps and tokens seen are the same axis, and
+with log2 parameters added all three candidates span the same columns: six candidates, three distinct
+fits, which tie exactly. They part only at d12 (2^19 tokens a step), where each tied candidate's
+conditional number is printed.
+
+Criterion (registered): the leave-one-condition-out score, the sum over conditions of the squared
+standardised error of the held-out condition's mean against the fit on the others,
+(m_j - x_j b_(-j))^2 / (x_j Cov_(-j) x_j' + tau2_(-j) + s_j^2 / n_j); the lowest wins, except that a
+two-axis candidate is chosen over the one-axis ones only where it scores lower than the best of them
+by more than PARSIMONY (about what AIC charges for one more coefficient). For the chosen
+model: Cochran's heterogeneity test Q_E (fixed-effect weights, chi-square at k - p degrees of freedom),
+each condition's residual, and the prediction of each held-out condition (width 256, never fitted).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+
+from xsa.factorial.analysis import at_rate, relative_effects, two_rate
+from xsa.factorial.design import CELLS, RATES
+from xsa.predict import TAU2_GRID, gls, reml
+from xsa.presets import make_config, scaling_params
+from xsa.spec import Arm
+from xsa.study import xsa_pair
+
+CANDIDATES = {
+    "tokens per parameter": ("tokens_per_param",),
+    "steps": ("steps",),
+    "tokens seen": ("tokens",),
+    "tokens per parameter + parameters": ("tokens_per_param", "params"),
+    "steps + parameters": ("steps", "params"),
+    "tokens seen + parameters": ("tokens", "params"),
+}
+# d12 as the seed paper trains it (nanochat 324e69c's recipe, 12 heads of 64, T = 2048)
+D12 = make_config("d12", recipe="nanochat-324e69c")
+PARSIMONY = 2.0
+X4_SEEDS = range(210, 218)  # the scale study's x4 level with both arms at both rates (its check's seeds)
+W256_SEEDS = range(210, 216)
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    axes: dict  # log2 of each axis
+    diffs: tuple[float, ...]
+    held_out: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.diffs))
+
+    @property
+    def var(self) -> float:
+        return float(np.var(self.diffs, ddof=1)) / self.n
+
+
+def axes_of(cfg) -> dict:
+    params = scaling_params(cfg.model)
+    return dict(tokens_per_param=math.log2(cfg.num_tokens / params), steps=math.log2(cfg.num_iterations),
+                tokens=math.log2(cfg.num_tokens), params=math.log2(params))
+
+
+def _arms(preset: str):
+    p = xsa_pair(preset, cpu_compile=True)
+    return p.a, p.b
+
+
+def _at(arm: Arm, lr: float) -> Arm:
+    return arm.with_(matrix_lr=lr)
+
+
+def conditions(results: Path, rate: float | None = None) -> list[Condition]:
+    """The conditions at both common rates (rate None: each seed's two-rate mean; the factorial's cells
+    and the scale study's x4) or at one rate (rate 0.08: also length x1/3, and width 256 held out)."""
+    out = [Condition(c.name, axes_of(c.config()),
+                     tuple((two_rate(results, c) if rate is None else at_rate(results, c, rate)).values()))
+           for c in CELLS]
+    base, xsa = _arms("cpu-w64-d4-s1536")
+    per = [relative_effects(results, _at(base, lr), _at(xsa, lr), X4_SEEDS) for lr in (RATES if rate is None else [rate])]
+    seeds = sorted(set.intersection(*(set(p) for p in per)))
+    out.append(Condition("x4 (1,536 steps)", axes_of(base.config()), tuple(sum(p[s] for p in per) / len(per)
+                                                                          for s in seeds)))
+    if rate is not None:
+        for preset, name, held, seeds in (("cpu-w64-d4-s128", "x1/3 (128 steps)", False, X4_SEEDS),
+                                          ("cpu-w256-d4-s128", "width 256, 128 steps", True, W256_SEEDS),
+                                          ("cpu-w256-d4", "width 256, 384 steps", True, W256_SEEDS)):
+            a, b = _arms(preset)
+            out.append(Condition(name, axes_of(a.config()),
+                                 tuple(relative_effects(results, _at(a, rate), _at(b, rate), seeds).values()), held))
+    return [c for c in out if c.n >= 2]
+
+
+def design(conds, names) -> np.ndarray:
+    return np.array([[1.0, *(c.axes[a] for a in names)] for c in conds])
+
+
+def fit(conds, names):
+    """(beta, cov, tau2, sigma2) of the meta-regression on `names`, or None when it cannot be fitted."""
+    X = design(conds, names)
+    if len(conds) <= X.shape[1] or np.linalg.matrix_rank(X) < X.shape[1]:
+        return None
+    means = np.array([c.mean for c in conds])
+    sigma2 = sum(float(np.sum((np.array(c.diffs) - c.mean) ** 2)) for c in conds) / sum(c.n - 1 for c in conds)
+    within = np.array([sigma2 / c.n for c in conds])
+    tau2 = float(max(TAU2_GRID, key=lambda t2: reml(t2, means, within, X)))
+    beta, cov = gls(means, tau2 + within, X)
+    return beta, cov, tau2, sigma2
+
+
+def predict(model, row: np.ndarray) -> tuple[float, float]:
+    """(mean, variance of the condition's true effect) at a design row."""
+    beta, cov, tau2, _ = model
+    return float(row @ beta), float(row @ cov @ row) + tau2
+
+
+def loco(conds, names) -> float | None:
+    """The leave-one-condition-out score (lower is better); None where a fit without one cannot be made."""
+    score = 0.0
+    for j, c in enumerate(conds):
+        model = fit(conds[:j] + conds[j + 1:], names)
+        if model is None:
+            return None
+        mu, var = predict(model, design([c], names)[0])
+        score += (c.mean - mu) ** 2 / (var + c.var)
+    return score
+
+
+def heterogeneity(conds, names) -> dict:
+    """Cochran's Q_E of the fixed-effect fit: its value, degrees of freedom and p."""
+    X, means = design(conds, names), np.array([c.mean for c in conds])
+    w = 1.0 / np.array([c.var for c in conds])
+    beta, _ = gls(means, 1.0 / w, X)
+    q = float(np.sum(w * (means - X @ beta) ** 2))
+    df = len(conds) - X.shape[1]
+    return dict(q=q, df=df, p=float(sps.chi2.sf(q, df)) if df > 0 else None)
+
+
+def compare(results: Path, rate: float | None = None) -> dict:
+    """Every candidate's score; the chosen one (the lowest, ties listed) with its heterogeneity test,
+    residuals, held-out predictions and conditional d12 number."""
+    every = conditions(results, rate)
+    fitted = [c for c in every if not c.held_out]
+    scores = {name: loco(fitted, axes) for name, axes in CANDIDATES.items()}
+    valid = {k: v for k, v in scores.items() if v is not None}
+    if not valid:
+        return dict(conditions=[c.name for c in fitted], scores=scores, chosen=[], reason="too few conditions")
+    one = {k: v for k, v in valid.items() if len(CANDIDATES[k]) == 1}
+    two = {k: v for k, v in valid.items() if len(CANDIDATES[k]) == 2}
+    pool = two if two and (not one or min(two.values()) < min(one.values()) - PARSIMONY) else one
+    best = min(pool.values())
+    chosen = [k for k, v in pool.items() if abs(v - best) <= 1e-9 * max(1.0, best)]
+    axes = CANDIDATES[chosen[0]]
+    model = fit(fitted, axes)
+    t = sps.t.ppf(0.975, len(fitted) - len(axes) - 1)
+    residuals = {c.name: c.mean - predict(model, design([c], axes)[0])[0] for c in fitted}
+    held = {c.name: dict(observed=c.mean, predicted=predict(model, design([c], axes)[0])[0]) for c in every if c.held_out}
+    d12 = {}
+    for name in chosen:
+        m = fit(fitted, CANDIDATES[name])
+        mu, var = predict(m, design([Condition("d12", axes_of(D12), ())], CANDIDATES[name])[0])
+        d12[name] = dict(value=mu, lo=mu - t * math.sqrt(var), hi=mu + t * math.sqrt(var))
+    return dict(conditions=[c.name for c in fitted], scores=scores, chosen=chosen,
+                heterogeneity=heterogeneity(fitted, axes), residuals=residuals, held_out=held,
+                slopes={a: float(model[0][i + 1]) for i, a in enumerate(axes)}, tau2=model[2], d12_conditional=d12)
