@@ -219,7 +219,7 @@ def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partia
     assert not list((tmp_path / "again" / archive.ARCHIVE).glob(".*"))
 
 
-@pytest.mark.parametrize("name", ["robust", "scale", "scale-check"])
+@pytest.mark.parametrize("name", ["robust", "scale", "scale-check", "factorial"])
 def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_run(name):
     import subprocess
 
@@ -234,7 +234,8 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
     added = git("log", "--diff-filter=A", "--format=%h %cI", "--", path).split()
     assert added[-2].startswith(commit[:7]) and added[-1][:16].replace("T", " ") == date
     runs = REPO_ROOT / "results" / "runs"
-    reused = {r.run_id for r in get_study("robust").runs} if name == "scale" else set()  # its reused levels
+    # the robust study's records that the scale and factorial studies reuse by value
+    reused = {r.run_id for r in get_study("robust").runs} if name in ("scale", "factorial") else set()
     dates = [read_json(runs / r.run_id / "provenance.json")["date"] for r in study.runs
              if r.run_id not in reused and (runs / r.run_id / "provenance.json").exists()]
     if name != "robust" and not dates:
