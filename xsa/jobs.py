@@ -141,6 +141,8 @@ def _jobs(stage: str, ctx: Context) -> list[Job]:
                     dict(run=run.to_dict(), out_dir=str(lay.run_dir(run)), resume=False, overwrite=False),
                     [lay.run_dir(run) / "summary.json"], index=i)
                 for i, run in enumerate(s.runs)]
+    if stage == "diagnostics" and s.diagnostics is None:
+        return []
     if stage in ("evaluate", "diagnostics"):
         chat = {a.name for a in s.chat_arms}
         jobs = []

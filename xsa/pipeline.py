@@ -80,12 +80,37 @@ def check_outputs(job: Job) -> None:
             raise StageError(f"stage train ({job.name}): the run stopped before its horizon (complete: false)")
 
 
-def coalesced(nb):
-    """The notebook with each run of stream outputs merged into one and every carriage-return overwrite
-    dropped (nbconvert's CoalesceStreamsPreprocessor): a progress bar's thousands of refreshes become
-    its last state, and the executed record stays small."""
+PER_RUN = ("train", "evaluate", "diagnostics")  # stages with one executed notebook per run
+
+
+def compact(nb, stage: str):
+    """The executed notebook as it is kept: each run of stream outputs merged into one and every
+    carriage-return overwrite dropped (nbconvert's CoalesceStreamsPreprocessor), so a progress bar's
+    thousands of refreshes become its last state; and for a per-run stage, its images dropped: they
+    are drawn from the run's record (metrics.jsonl, diagnostics.json), which git keeps, whenever the
+    notebook runs. Applying it twice changes nothing."""
     from nbconvert.preprocessors import CoalesceStreamsPreprocessor  # lazy: start-up time (--help, --status)
-    return CoalesceStreamsPreprocessor().preprocess(nb, {})[0]
+    nb = CoalesceStreamsPreprocessor().preprocess(nb, {})[0]
+    if stage in PER_RUN:
+        for cell in nb.cells:
+            if cell.get("outputs"):
+                cell.outputs = [o for o in cell.outputs if not any(k.startswith("image/") for k in o.get("data", {}))]
+    return nb
+
+
+def compact_records(folder: Path) -> tuple[int, int, int]:
+    """Rewrite every executed notebook under `folder` through compact (atomically, a notebook at a time):
+    (notebooks, bytes before, bytes after)."""
+    import nbformat  # lazy: start-up time (--help and --status run no notebook)
+    count = before = after = 0
+    for path in sorted(Path(folder).rglob("*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        stage = nb.metadata.get("xsa", {}).get("stage", "")
+        text = stable_notebook(compact(nb, stage))
+        count, before, after = count + 1, before + path.stat().st_size, after + len(text.encode())
+        if text != path.read_text(encoding="utf-8"):
+            atomic_write_text(path, text)
+    return count, before, after
 
 
 def execute(job: Job, ctx: Context) -> Path:
@@ -110,7 +135,7 @@ def execute(job: Job, ctx: Context) -> Path:
         raise StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
                          + "\n  ".join(tail)) from None
     check_outputs(job)
-    nb = coalesced(nbformat.read(str(record), as_version=4))
+    nb = compact(nbformat.read(str(record), as_version=4), job.stage)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
     atomic_write_text(record, stable_notebook(nb))  # no run times or absolute paths: a rerun changes nothing
     return record
@@ -265,7 +290,17 @@ def main(argv=None) -> int:
                    help="paper stage: build while the robustness study still trains (its runs without a "
                         "record are allowed, and its open rows say interim); by default every declared run "
                         "must be whole")
+    p.add_argument("--compact-records", nargs="+", metavar="FOLDER", default=None,
+                   help="rewrite the executed notebooks under these folders as the pipeline now keeps them "
+                        "(progress bars at their last state, a per-run stage without images) and exit")
     args = p.parse_args(argv)
+    if args.compact_records:
+        for folder in args.compact_records:
+            if not Path(folder).is_dir():
+                p.error(f"--compact-records: {folder} is not a folder")
+            n, before, after = compact_records(Path(folder))
+            print(f"{folder}: {n} executed notebooks, {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB", flush=True)
+        return 0
     if args.status:
         try:
             study = get_study(args.study, Path(args.results).resolve())

@@ -130,7 +130,9 @@ class Study:
     evaluate: dict = field(default_factory=dict)  # parameters of 02_evaluate (all runs)
     core_arms: tuple[Arm, ...] | None = None  # arms whose runs get CORE (None: every run)
     chat_arms: tuple[Arm, ...] = ()  # arms whose runs also get SFT + ChatCORE
-    diagnostics: dict = field(default_factory=dict)  # parameters of 03_diagnostics
+    # parameters of 03_diagnostics; None: no diagnostics stage (the training log's final evaluation
+    # still records the per-layer diagnostics)
+    diagnostics: dict | None = field(default_factory=dict)
     throughput: dict = field(default_factory=dict)  # parameters of 04_throughput, per preset
     # the pre-registration (python -m xsa.prereg): each rule as (what it decides, the rule), the
     # secondary family and its multiplicity correction, the priorities where the budget binds

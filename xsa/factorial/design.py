@@ -99,7 +99,7 @@ def factorial_study() -> Study:
     pairs = tuple(p for c in CELLS for p in c.pairs().values())
     return Study(
         name="factorial", scale=SCALE, runs=unique_runs(ordered_runs()), main=pairs, primary=pairs[0].name,
-        core_arms=(), estimate_from=100, diagnostics=dict(),
+        core_arms=(), estimate_from=100, diagnostics=None,  # its stability reads the training log
         rules=(("seeds", f"{len(SHORT_SEEDS)} pairs a rate in every cell, fixed in advance: seeds "
                          f"{SHORT_SEEDS.start}..{SHORT_SEEDS.stop - 1} in the short cells, {LONG_SEEDS.start}.."
                          f"{LONG_SEEDS.stop - 1} in the long ones; no stopping rule"),
