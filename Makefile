@@ -60,14 +60,21 @@ test: setup browser pdftools
 # a GPU study runs as one process.
 SHARDS ?= $(if $(filter gpu,$(STUDY)),1,2)
 THREADS ?= $(if $(filter 1,$(SHARDS)),,1)
+export SHARDS THREADS
 TCMALLOC = $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4))
-WORK_ENV = $(if $(THREADS),OMP_NUM_THREADS=$(THREADS)) $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC))
+WORK_ENV = env $${THREADS:+OMP_NUM_THREADS="$$THREADS"} $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC))
 PIPELINE := $(PY) -m xsa.pipeline --study "$$STUDY"
 SHARD = $(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput --shard
 
+# a count from the command line is checked before the shell does arithmetic with it:
+# $(call COUNT,NAME) stops the recipe unless $$NAME is a whole number (empty where allowed: COUNT_OR_EMPTY)
+COUNT = case "$$$(1)" in ''|*[!0-9]*) echo "$(1)='$$$(1)' is not a whole number" >&2; exit 2;; esac
+COUNT_OR_EMPTY = case "$$$(1)" in *[!0-9]*) echo "$(1)='$$$(1)' is not a whole number" >&2; exit 2;; esac
+
 # the shards of one pass over the study's runs, in parallel
-SHARDS_PASS = pids=""; for k in $$(seq 0 $$(($(SHARDS) - 1))); do \
-		echo "$(SHARD) $$k/$(SHARDS)"; $(SHARD) $$k/$(SHARDS) & pids="$$pids $$!"; \
+SHARDS_PASS = $(call COUNT,SHARDS); $(call COUNT_OR_EMPTY,THREADS); \
+	pids=""; for k in $$(seq 0 $$((SHARDS - 1))); do \
+		echo "$(SHARD) $$k/$$SHARDS"; $(SHARD) $$k/$$SHARDS & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
 
 paper: setup tcmalloc browser
@@ -89,7 +96,7 @@ reproduce: setup tcmalloc
 # the paper stage alone: tables, figures and paper from the records results/ holds (every run of the
 # study whole, or LEAVE_OUT="<run id> ..." named on purpose; INTERIM=1 while the robustness study
 # still trains). LEAVE_OUT is split into run ids with globbing off.
-report: setup
+report: setup browser
 	set -f; $(PIPELINE) --stages paper $${LEAVE_OUT:+--leave-out $$LEAVE_OUT} $(if $(INTERIM),--interim)
 
 # The gpu study on one GPU node (8 x H100 or H200): its data (sized for what d24's rows read), the
@@ -98,17 +105,20 @@ report: setup
 # GPU (the trained runs are found done and skipped), then the paper. NGPU=<n> and DEVICE_BATCH=<rows>
 # (e.g. 8 for d24-nanochat on 80 GB) where the defaults do not fit. GPU_STUDY=d12-test tests the scale
 # study's d12 prediction instead: d12 pairs until its precision rule stops (xsa/study_scale.py).
-NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+# GPU_STUDY, NGPU and DEVICE_BATCH reach the shell as environment variables, quoted, never as command text;
+# NGPU defaults to the GPUs nvidia-smi lists.
 GPU_STUDY ?= gpu
-GPU_PIPELINE := $(PY) -m xsa.pipeline --study $(GPU_STUDY)
+export GPU_STUDY NGPU DEVICE_BATCH
+GPU_PIPELINE := $(PY) -m xsa.pipeline --study "$$GPU_STUDY"
 gpu-study: setup
-	@test "$(NGPU)" -ge 1 2>/dev/null || { echo "gpu-study: no GPU visible (nvidia-smi -L lists none; set NGPU=<n>)"; exit 2; }
-	$(GPU_PIPELINE) --stages validation data
-	$(PY) -m xsa.gpu_study --study $(GPU_STUDY) --nproc $(NGPU) $(if $(DEVICE_BATCH),--device-batch-size $(DEVICE_BATCH))
-	@pids=""; for k in $$(seq 0 $$(($(NGPU) - 1))); do \
-		echo "CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(NGPU)"; \
-		CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$(NGPU) & pids="$$pids $$!"; \
-	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
+	@n="$${NGPU:-$$(nvidia-smi -L 2>/dev/null | wc -l)}"; NGPU=$$n; $(call COUNT,NGPU); $(call COUNT_OR_EMPTY,DEVICE_BATCH); \
+	test "$$n" -ge 1 || { echo "gpu-study: no GPU visible (nvidia-smi -L lists none; set NGPU=<n>)"; exit 2; }; \
+	set -e; $(GPU_PIPELINE) --stages validation data; \
+	$(PY) -m xsa.gpu_study --study "$$GPU_STUDY" --nproc "$$n" $${DEVICE_BATCH:+--device-batch-size "$$DEVICE_BATCH"}; \
+	pids=""; for k in $$(seq 0 $$((n - 1))); do \
+		echo "CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$$n"; \
+		CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$$n & pids="$$pids $$!"; \
+	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0; \
 	$(GPU_PIPELINE) --stages paper
 
 # JupyterLab on the notebooks (as root, as in containers, it needs --allow-root or it exits at once)

@@ -266,3 +266,29 @@ def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_ru
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     assert paper.source_date(tmp_path, ["mine_s0"]).isoformat() == "2026-01-02T00:00:00+00:00"
     assert paper.source_date(tmp_path).isoformat() == "2026-12-31T00:00:00+00:00"
+
+
+def test_without_a_pdf_engine_a_committed_pdf_is_kept_and_said_so(tmp_path, monkeypatch):
+    import subprocess
+
+    import nbformat
+
+    from xsa import paper
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "# A title\n\nText."})]
+    nb.cells = [cell]
+    executed = tmp_path / "05_paper.ipynb"
+    nbformat.write(nb, str(executed))
+    out_dir = tmp_path / "paper"
+    out_dir.mkdir()
+    (out_dir / "paper.pdf").write_bytes(b"%PDF- the committed build")
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
+                                    check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "paper/paper.pdf")
+    git("commit", "-qm", "paper")
+    monkeypatch.setattr(paper, "pdf_engine", lambda: None)
+    out = paper.export_paper(executed, out_dir)
+    assert out["pdf"] is None and out["kept"]
+    assert (out_dir / "paper.pdf").read_bytes() == b"%PDF- the committed build"

@@ -94,6 +94,24 @@ def test_make_passes_its_values_to_the_shell_as_data(tmp_path):
         assert not marker.exists(), (target, var, script)
 
 
+@pytest.mark.parametrize("target,var", [("gpu-study", "GPU_STUDY"), ("gpu-study", "NGPU"), ("gpu-study", "DEVICE_BATCH"),
+                                        ("paper", "SHARDS"), ("paper", "THREADS")])
+def test_make_runs_no_value_as_a_command(tmp_path, target, var):
+    """The GPU study's and the shards' values reach the shell as data: make itself runs the recipe,
+    with the python command made harmless (PY=true), and a value is never run as a command."""
+    import shutil
+    if not shutil.which("make"):
+        pytest.skip("no make")
+    marker = tmp_path / "ran"
+    values = dict(NGPU="1", GPU_STUDY="gpu", SHARDS="1", THREADS="1", STUDY="default")
+    values[var] = f"1; touch {marker}; x=$(touch {marker})"
+    out = subprocess.run(["make", "-o", ".venv/.xsa-installed", "-o", "tcmalloc", "-o", "browser", target, "PY=true",
+                          *(f"{k}={v}" for k, v in values.items())], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert not marker.exists(), (target, var, out.stdout + out.stderr)
+    if var in ("NGPU", "DEVICE_BATCH", "SHARDS", "THREADS"):  # a count that is no number is refused, named
+        assert out.returncode != 0 and f"{var}=" in out.stderr and "not a whole number" in out.stderr
+
+
 def test_shards_split_the_runs_between_processes(tmp_path):
     log = tmp_path / "ran.log"
     stubs = tmp_path / "stubs"

@@ -183,6 +183,16 @@ def export_paper(executed: Path, paper_dir: Path, run_ids=None) -> dict:
         data, _ = PDFExporter(**opts).from_notebook_node(nb)
         atomic_write_bytes(paper_dir / "paper.pdf", data)
         out.update(pdf=paper_dir / "paper.pdf", pdf_engine="pandoc + xelatex")
-    if out["pdf"] is None:
+    if out["pdf"] is None and not tracked(paper_dir / "paper.pdf"):
         (paper_dir / "paper.pdf").unlink(missing_ok=True)  # never a PDF older than the HTML beside it
+    out["kept"] = out["pdf"] is None and (paper_dir / "paper.pdf").exists()  # git's copy, never deleted here
     return out
+
+
+def tracked(path: Path) -> bool:
+    """Whether git tracks the file (a command never deletes a committed file)."""
+    try:
+        r = subprocess.run(["git", "ls-files", "--error-unmatch", path.name], cwd=path.parent, capture_output=True)
+    except OSError:  # no git, or no such folder
+        return False
+    return r.returncode == 0

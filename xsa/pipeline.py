@@ -262,7 +262,9 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
     if out["pdf"]:
         print(f"       {out['pdf']} (PDF engine: {out['pdf_engine']})")
     else:
-        print(f"paper: no PDF: no PDF engine on this machine, so {ctx.layout.paper / 'paper.pdf'} was not written "
+        what = ("the committed one is kept as it is, and may not be this build's" if out.get("kept") else
+                "was not written")
+        print(f"paper: no PDF: no PDF engine on this machine, so {ctx.layout.paper / 'paper.pdf'} {what} "
               "(make browser installs Debian's chromium; or install pandoc and texlive-xetex), then make report")
     return out
 
