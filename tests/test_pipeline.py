@@ -311,3 +311,23 @@ def test_an_adaptive_study_trains_next_what_its_rules_add(tmp_path, monkeypatch)
                            tmp_path / "notebooks")
     pipeline.run_stage("train", ctx)
     assert order == [0, 5, 1]
+
+
+def test_a_registered_study_refuses_to_train_from_uncommitted_code(monkeypatch):
+    from xsa import pipeline
+    from xsa.jobs import Job, StageError
+    from xsa.studies import get_study
+    ctx = type("Ctx", (), {"study": get_study("factorial")})()
+    job = Job("train", "r", {}, [])
+    monkeypatch.setattr(pipeline, "git_state", lambda: {"git_commit": "a", "git_dirty": True})
+    monkeypatch.delenv("XSA_ALLOW_DIRTY", raising=False)
+    with pytest.raises(StageError, match="uncommitted changes.*XSA_ALLOW_DIRTY"):
+        pipeline.check_clean(job, ctx)
+    monkeypatch.setenv("XSA_ALLOW_DIRTY", "1")
+    pipeline.check_clean(job, ctx)
+    monkeypatch.delenv("XSA_ALLOW_DIRTY")
+    ctx.study = get_study("smoke")  # an unregistered study trains from any tree
+    pipeline.check_clean(job, ctx)
+    monkeypatch.setattr(pipeline, "git_state", lambda: {"git_commit": "a", "git_dirty": False})
+    ctx.study = get_study("factorial")
+    pipeline.check_clean(job, ctx)

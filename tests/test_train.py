@@ -102,6 +102,26 @@ def test_max_steps_then_resume_is_bit_identical(smoke_data, tmp_path):
     assert done["complete"] and done["final_weights_sha256"] == full["final_weights_sha256"]
 
 
+def test_provenance_names_the_commit_a_run_started_from(smoke_data, tmp_path, monkeypatch):
+    """The commit is taken when training starts and kept through a resume; a run resumed at another
+    commit records that one beside it, never in its place."""
+    import xsa.records
+    import xsa.train
+    cfg = make_config("smoke", **QUIET)
+    state = {"git_commit": "a" * 40, "git_dirty": False}
+    monkeypatch.setattr(xsa.train, "git_state", lambda: dict(state))
+    monkeypatch.setattr(xsa.records, "git_state", lambda: dict(state))
+    run(cfg, tmp_path / "same", smoke_data)
+    prov = read_json(tmp_path / "same" / "provenance.json")
+    assert prov["git_commit"] == "a" * 40 and "git_commit_end" not in prov
+    run(cfg, tmp_path / "part", smoke_data, max_steps=7)
+    state.update(git_commit="b" * 40, git_dirty=True)
+    run(cfg, tmp_path / "part", smoke_data, resume=True)
+    prov = read_json(tmp_path / "part" / "provenance.json")
+    assert (prov["git_commit"], prov["git_dirty"]) == ("a" * 40, False)
+    assert (prov["git_commit_end"], prov["git_dirty_end"]) == ("b" * 40, True)
+
+
 # -----------------------------------------------------------------------------
 # (h) 2 processes (gloo; the optimizers average the gradients, each Muon matrix updated by its
 # owner rank and broadcast) == 1 process with 2 micro-batches

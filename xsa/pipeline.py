@@ -35,6 +35,7 @@ and the paper names them.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ from xsa.jobs import (STAGES, Context, Job, StageError, config_changes, is_done,
 from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
 from xsa.paper import export_paper, paper_runs, stable_notebook
 from xsa.paper_checks import check_paper_stage
-from xsa.records import REPO_ROOT, atomic_write_text, read_json
+from xsa.records import REPO_ROOT, atomic_write_text, git_state, read_json
 from xsa.report.integrity import known_runs  # leave_out may name the robustness study's runs
 from xsa.runlock import busy
 from xsa.studies import ADAPTIVE, get_study
@@ -188,6 +189,7 @@ def run_stage(stage: str, ctx: Context, stages=STAGES) -> Path | None:
 def run_job(tag: str, job: Job, ctx: Context) -> Path:
     """Run one job that is not up to date (a training resumes where it can), saying so."""
     if job.stage == "train":
+        check_clean(job, ctx)
         prepare_train(job, ctx)
     how = " (resuming)" if job.params.get("resume") else ""
     print(f"{tag}: running{how} -> {ctx.record(job)}", flush=True)
@@ -195,6 +197,15 @@ def run_job(tag: str, job: Job, ctx: Context) -> Path:
     record = execute(job, ctx)
     print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
     return record
+
+
+def check_clean(job: Job, ctx: Context) -> None:
+    """A registered study's run trains from a commit: uncommitted code changes stop it, unless
+    XSA_ALLOW_DIRTY=1 says so on purpose (its provenance then records git_dirty: true)."""
+    if ctx.study.preregistered and os.environ.get("XSA_ALLOW_DIRTY") != "1" and git_state()["git_dirty"]:
+        raise StageError(f"stage train ({job.name}): the code has uncommitted changes, and a run of the registered "
+                         f"study {ctx.study.name!r} trains from a commit (commit them, or set XSA_ALLOW_DIRTY=1 to "
+                         "train anyway; the run's provenance then says git_dirty: true)")
 
 
 def redeclare(ctx: Context) -> bool:

@@ -172,6 +172,16 @@ def git_state() -> dict:
     return {"git_commit": commit, "git_dirty": dirty}
 
 
+def code_provenance(commit: str | None, dirty: bool | None) -> dict:
+    """A run's code: the commit and dirty flag it started from, and beside them the state at its end
+    (git_commit_end, git_dirty_end) where that differs (a run resumed across commits)."""
+    end = git_state()
+    rec = {"git_commit": commit, "git_dirty": dirty}
+    if (end["git_commit"], end["git_dirty"]) != (commit, dirty):
+        rec.update(git_commit_end=end["git_commit"], git_dirty_end=end["git_dirty"])
+    return rec
+
+
 def cpu_model() -> str:
     """The CPU's model name (Linux /proc/cpuinfo; else what platform knows)."""
     try:

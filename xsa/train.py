@@ -54,7 +54,8 @@ from xsa.data.shards import data_fingerprint
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.model import GPT, build as build_model
 from xsa.presets import PRESETS
-from xsa.records import REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, provenance
+from xsa.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, code_provenance, git_state,
+                         provenance)
 from xsa.runlock import RunFolderBusy, hold_folder, move_aside, own_run
 from xsa.runlog import check_run_dir, finished_summary, kept_log, same_data
 from xsa.spec import Run, arm_record, parse_overrides
@@ -85,6 +86,10 @@ class Loop:
     val_bpb: float | None = None
     train_loss: float | None = None
     data_sha256: str | None = None  # the data's fingerprint (data_fingerprint): a resume on other data stops
+    # the code the run started from (git_state at step 0, kept through every resume): provenance records it,
+    # and the commit at the end beside it where the two differ
+    git_commit: str | None = None
+    git_dirty: bool | None = None
 
     @classmethod
     def from_dict(cls, d: dict) -> "Loop":
@@ -268,6 +273,8 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
     T = cfg.model.sequence_len
     grad_accum = cfg.total_batch_size // (B * T * world)
     model, step_fn, step, loop = _start_model(cfg, out, saved, device)
+    if loop.git_commit is None:  # a new run (or one whose checkpoint predates the field): the code it starts from
+        loop.git_commit, loop.git_dirty = git_state().values()
     loop.data_sha256 = same_data(loop.data_sha256, data_dir, out)
     redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
@@ -362,7 +369,7 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
             wall_time_s=loop.wall_time_s,
             extra=dict(world_size=world, device_batch_size=B, data_dir=str(data_dir), data_sha256=data_fingerprint(data_dir),
                        num_threads=torch.get_num_threads(), cpu_time_s=loop.cpu_time_s,
-                       command=" ".join(sys.argv))))
+                       command=" ".join(sys.argv), **code_provenance(loop.git_commit, loop.git_dirty))))
     _barrier(is_ddp)
     return summary
 
