@@ -126,7 +126,7 @@ ESTIMATES = REPO_ROOT / "results" / "estimates"
 @pytest.mark.skipif(not (ESTIMATES / "default.json").exists(), reason="no committed estimates")
 def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     """The paper's template against the committed estimates: every claim holds, every key exists, the
-    abstract is at most 250 words, and no number is typed into the prose."""
+    abstract is at most 150 words with at most three intervals, and no number is typed into the prose."""
     book = Book({f.stem: read_estimates(f) for f in ESTIMATES.glob("*.json") if f.stem != "smoke"})
     fitted = book.scale.prediction_d12.value is not None  # the scale model fits once enough levels have pairs
     figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects") + (("scale",) if fitted else ())}
@@ -135,7 +135,8 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
         scale_checks={"scale-check": get_study("scale-check")}))
     text = "".join(v for k, v in blocks if k == "markdown")
     abstract = text.split("**Abstract.**")[1].split("\n## ")[0]
-    assert len(abstract.split()) <= 250
+    assert len(abstract.split()) <= 150
+    assert abstract.count("[") <= 3, "at most three intervals in the abstract"
     # the scale study in progress: its section says so, and predicts nothing until its model can fit;
     # once it can, the prediction is printed as an interim fit while runs are still to come
     assert "4. Scale: a prediction for d12" in text
