@@ -41,7 +41,8 @@ from pathlib import Path
 from xsa.archive import ARCHIVE, manifest
 from xsa.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
 from xsa.records import read_json, sha256_file
-from xsa.studies import get_study
+from xsa.studies import ADAPTIVE, get_study
+from xsa.report import ledger
 from xsa.report.estimates import read_estimates
 
 
@@ -327,12 +328,24 @@ def other_studies(study) -> str:
                    (("robustness", study.robustness), ("scale", study.prediction)) if name)
 
 
-def known_runs(study, results_dir) -> set[str]:
-    """The run ids `leave_out` may name: those of the study, of its robustness study, of its
-    prediction (scale) study and of that study's checks, as their rules declare them from the records."""
+def read_studies(study, results_dir) -> list:
+    """The study, its robustness study, its prediction (scale) study and that study's checks, as their
+    rules declare them from the records: every study whose runs the paper reads."""
     scale = [get_study(study.prediction, results_dir)] if study.prediction else []
     scale += [get_study(c, results_dir) for s in scale for c in s.checks]  # the checks of its levels
-    return {r.run_id for s in studies_checked(study, results_dir) + scale for r in s.runs}
+    return studies_checked(study, results_dir) + scale
+
+
+def bound(study, results_dir) -> list:
+    """The adaptive studies the paper reads: each has a ledger (xsa/report/ledger.py)."""
+    return [s for s in read_studies(study, results_dir) if s.name in ADAPTIVE]
+
+
+def known_runs(study, results_dir) -> set[str]:
+    """The run ids `leave_out` may name: those of every study the paper reads, and every run their
+    ledgers list (a finished run whose record is gone is named there)."""
+    listed = {r for s in bound(study, results_dir) for r in ledger.read(results_dir, s.name)}
+    return {r.run_id for s in read_studies(study, results_dir) for r in s.runs} | listed
 
 
 def check_records(study, results_dir, leave_out=(), interim: bool = False) -> list[str]:
@@ -353,7 +366,8 @@ def check_records(study, results_dir, leave_out=(), interim: bool = False) -> li
         for run in runs:
             problems += _run_problems(other, run, root / run.run_id, diagnostics=False)
     return (problems + throughput_problems(study, results_dir) + archive_problems(study, results_dir)
-            + gpu_problems(study, results_dir) + estimates_problems(study, results_dir))
+            + gpu_problems(study, results_dir) + estimates_problems(study, results_dir)
+            + ledger.problems(bound(study, results_dir), results_dir, leave_out))
 
 
 def check_present(study, results_dir, leave_out=()) -> list[str]:
@@ -377,6 +391,7 @@ def validate(study, results_dir, leave_out=(), interim: bool = False) -> list[st
                           + "\nrepair or retrain those runs, or leave a run out on purpose (--leave-out RUN_ID)"
                           + (f"; while {study.robustness!r} still trains, --interim builds an interim paper"
                              if study.robustness and not interim else ""))
+    ledger.update(bound(study, results_dir), results_dir)  # whole: the runs that finished since join the ledgers
     left = sorted(set(leave_out or ()))
     for run_id in left:
         print(f"records: {run_id} is left out by choice (--leave-out); the paper says so", flush=True)
