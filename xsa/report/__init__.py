@@ -274,7 +274,7 @@ DISPLAY = {
     "main": ["scale", "arm", "n", "val_bpb", "val_bpb_ci95", "val_bpb_rel", "core", "core_bpb", "core_bpb_rel"],
     "power": ["comparison", "pilot_n", "pilot_rel_sd", "seed_paper_effect_rel", "seeds_for_80pct_power", "n",
               "rel_sd", "rel_ci_half_width_first8", "rel_ci_half_width", "seeds_for_target"],
-    "claims": ["claim", "theirs", "estimate", "n", "key", "verdict"],
+    "claims": ["claim", "theirs", "estimate", "n", "basis", "verdict", "their_scale"],
     "effects": ["comparison", "metric", "n", "d", "d_ci95", "rel", "rel_ci95"],
     "diagnostics_effects": ["comparison", "metric", "layer", "n", "baseline", "xsa", "d", "d_ci95", "direction"],
     "diagnostics": ["arm", "layer", "n", "cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v"],
@@ -304,7 +304,8 @@ HEADERS = {
     "seed_paper_effect_rel": "seed paper's effect", "seeds_for_80pct_power": "n for 80% power",
     "rel_sd": "SD, all seeds", "rel_ci_half_width_first8": "half-width at n = 8",
     "rel_ci_half_width": "half-width, all seeds", "seeds_for_target": "n for target", "claim": "claim",
-    "theirs": "theirs", "estimate": "ours: estimate [95% CI]", "verdict": "verdict", "metric": "metric",
+    "theirs": "theirs", "estimate": "ours: estimate [95% CI]", "verdict": "at CPU scale", "metric": "metric",
+    "basis": "measured", "their_scale": "at their d12/d24",
     "d": "difference", "d_ci95": "95% CI", "rel": "relative", "rel_ci95": "95% CI", "layer": "layer",
     "baseline": "baseline", "xsa": "XSA", "direction": "interval", "cos_y_v": "cos(y,v)", "cos_z_v": "cos(z,v)",
     "first_mass": "a_i0", "entropy": "entropy", "cos_v_v": "cos(v_i,v_j)",
@@ -362,7 +363,7 @@ def _claim_rows(rows):
         else:
             est = f"{r['estimate']:+.4f} [{ci.lo:+.4f}, {ci.hi:+.4f}]"
         out.append(dict(claim=r["claim"], theirs=r["theirs"], estimate=est, n=r["n"], key=f"`{r['key']}`",
-                        verdict=r["verdict"]))
+                        basis=r["basis"], verdict=r["verdict"], their_scale=r["their_scale"]))
     return out
 
 

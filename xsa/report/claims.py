@@ -8,6 +8,11 @@ otherwise the study's own estimate on its planned seeds), and the verdict:
     contradicted   the whole interval points the other way
     not decided    the interval includes no effect
 
+That verdict is at CPU scale, and the row says on what it rests (each arm at its tuned rate, both
+arms at one rate, or a one-thread CPU timing). At the seed paper's own scale a claim is "not tested"
+until the GPU study has a record of it: a CPU-scale measurement neither supports nor contradicts a
+d12 or d24 claim, and a CPU timing says nothing of GPU overhead.
+
 Relative metrics are judged in percent of the seed's own baseline; CORE, whose values sit near zero
 at small scale, in absolute points (xsa/report/metrics.py says which).
 """
@@ -45,5 +50,27 @@ def claims_table(study, estimates: dict) -> list[dict]:
         else:
             verdict = verdict_of(e, c.expect)
         rows.append(dict(claim=c.text, theirs=c.theirs, key=key, metric=c.metric, unit=e.unit, estimate=e.value,
-                         ci95=e.ci, n=e.n, verdict=verdict, definition=e.definition))
+                         ci95=e.ci, n=e.n, verdict=verdict, definition=e.definition, basis=basis(c, key, study),
+                         their_scale=their_scale(c, estimates)))
     return rows
+
+
+def basis(claim, key: str, study) -> str:
+    """What the CPU-scale verdict rests on."""
+    if claim.metric == "overhead":
+        return "1-thread CPU timing"
+    if study.robustness and key.startswith(study.robustness + "."):
+        return "tuned rates"
+    lrs = {a.get("matrix_lr") for a in study.comparison(claim.comparison).arms()}
+    return f"one rate ({', '.join(f'{lr:g}' for lr in sorted(lrs))})"
+
+
+def their_scale(claim, estimates: dict) -> str:
+    """The verdict at the seed paper's depth, from the GPU study's records, or "not tested"."""
+    depth = claim.theirs.split(":")[0]
+    gpu = estimates.get("gpu", {})
+    key = ("primary" if depth == "d12" else depth) + ("" if claim.metric == "val_bpb" else f"_{claim.metric}")
+    e = gpu.get(key) if depth in ("d12", "d24") and claim.metric != "overhead" else None
+    if e is None or e.value is None:
+        return "not tested"
+    return verdict_of(e, claim.expect)
