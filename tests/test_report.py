@@ -106,6 +106,9 @@ def test_main_table_and_claims(results, study):
     assert core["verdict"] == "not decided" and core["estimate"] == pytest.approx(0.0, abs=1e-12)
     assert claims["XSA lowers the diagonal attention mass"]["verdict"] == "supported"
     assert claims["XSA's runtime overhead is at most about 5%"]["verdict"] == "supported"
+    # a CPU-scale verdict says what it rests on, and the seed paper's own scale is not tested without a GPU record
+    assert claims["XSA's runtime overhead is at most about 5%"]["basis"] == "1-thread CPU timing"
+    assert bpb["basis"].startswith("one rate") and {c["their_scale"] for c in claims.values()} == {"not tested"}
 
 
 def test_relative_change_keeps_its_sign_below_zero():
