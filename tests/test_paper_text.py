@@ -174,6 +174,22 @@ def test_the_readme_states_the_answer_as_the_estimates_file_has_it():
     assert "(in progress)" not in (REPO_ROOT / "README.md").read_text()
 
 
+def test_the_readme_states_each_studys_status_as_the_records_have_it():
+    """The README's first screen says of each study what its records say: finished only when every
+    declared run has a finished record, with the counts of the estimates file."""
+    from xsa.jobs import trained
+    from xsa.studies import get_study
+    head = " ".join((REPO_ROOT / "README.md").read_text().splitlines()[:40])
+    s = read_estimates(ESTIMATES / "scale.json")
+    done, declared = s["runs_done"].value, s["runs_declared"].value
+    assert f"scale study is {'finished' if done == declared else 'training'} ({done} of {declared} declared runs" in head
+    assert f"{s['check_runs_done'].value} of {s['check_runs_declared'].value} for its x4 check" in head
+    runs = get_study("factorial").runs
+    finished = all(trained(REPO_ROOT / "results" / "runs" / r.run_id) for r in runs)
+    assert ("factorial study, registered with its analysis code before its first record, is "
+            + ("finished" if finished else "training")) in head
+
+
 def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
     """README, Extending: a metric recorded in summary.json becomes a row of the effects table, an estimate
     of the main comparison and a header of the paper, from one Metric entry."""
