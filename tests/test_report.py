@@ -39,7 +39,7 @@ def write_run(results, run: Run, bpb, core=None, diag=None, chatcore=None):
             line.update(step=step, train_loss=3.0 - 0.1 * step + 0.01 * run.seed)
         append_jsonl(d / "metrics.jsonl", line)
     atomic_write_json(d / "summary.json", {"val_bpb": bpb, "steps": 3, "tok_per_s": 100.0, "seed": run.seed})
-    atomic_write_json(d / "provenance.json", {"config_hash": cfg.config_hash(), "git_commit": "abc", "seed": run.seed})
+    atomic_write_json(d / "provenance.json", {"config_hash": cfg.config_hash(), "git_commit": "0" * 40, "seed": run.seed})
     if core is not None:
         tasks = {"hellaswag": {"n": 4, "accuracy": 0.5, "centered": core}, "piqa": {"n": 4, "accuracy": 0.6, "centered": core / 2}}
         ev = {"core": core, "tasks": tasks, "missing": []}
@@ -369,7 +369,7 @@ def test_machine_warning_when_the_arms_of_a_seed_differ(results, study):
     assert machine_warnings(study, built["runs"]) == []
     run = next(r for r in study.runs if xsa_on(r))
     atomic_write_json(results / "runs" / run.run_id / "provenance.json",
-                      {"config_hash": run.config().config_hash(), "git_commit": "abc", "seed": run.seed,
+                      {"config_hash": run.config().config_hash(), "git_commit": "0" * 40, "seed": run.seed,
                        "cpu_identity": {"vendor": "GenuineIntel", "family": "6", "model": "143", "stepping": "8",
                                         "torch_capability": "AVX512"}})
     warnings = machine_warnings(study, report.build(study, results)["runs"])

@@ -14,6 +14,8 @@ paper stage first checks every run the study declares:
 - metrics.jsonl holds the evaluation of every scheduled step (0, every eval_every, the horizon): a
   log with evaluations removed would average a curve over fewer seeds under the old n;
 - provenance.json is there and of this config;
+- summary.json, provenance.json, the throughput records and the estimates files each match the
+  schema of their kind (xsa/report/schemas.py: a negative CPU time, a p above 1, a reversed interval);
 - every run the study scores has a complete CORE record (eval.json: all tasks, a finite CORE);
 - diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values;
 - eval.json and diagnostics.json are bound to the run: the run id they record (where they do), the
@@ -42,7 +44,7 @@ from xsa.archive import ARCHIVE, manifest
 from xsa.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
 from xsa.records import read_json, sha256_file
 from xsa.studies import ADAPTIVE, get_study
-from xsa.report import ledger
+from xsa.report import ledger, schemas
 from xsa.report.estimates import read_estimates
 
 
@@ -158,8 +160,10 @@ def _bindings(run, run_dir: Path, summary, config, problems: list, scored: bool,
     hashes.discard(None)
     trained = (summary or {}).get("final_weights_sha256")
     prov = _json(run_dir / "provenance.json", problems)
-    if prov is not None and prov.get("config_hash") not in hashes:
-        problems.append(f"{run_dir / 'provenance.json'}: config hash {prov.get('config_hash')!r} is not the run's")
+    if prov is not None:
+        problems += schemas.problems("provenance", prov, run_dir / "provenance.json")
+        if prov.get("config_hash") not in hashes:
+            problems.append(f"{run_dir / 'provenance.json'}: config hash {prov.get('config_hash')!r} is not the run's")
     e = run_dir / "eval.json"
     if scored or e.exists():
         ev = _json(e, problems)
@@ -216,6 +220,7 @@ def _run_problems(study, run, run_dir: Path, diagnostics: bool = True) -> list[s
         problems += bad
     if summary is not None:
         s = run_dir / "summary.json"
+        problems += schemas.problems("summary", summary, s)
         if summary.get("complete") is not True:
             problems.append(f"{s}: complete is {summary.get('complete')!r}, not true (stopped before its horizon)")
         if summary.get("steps") != cfg.num_iterations or summary.get("num_iterations") != cfg.num_iterations:
@@ -260,6 +265,7 @@ def throughput_problems(study, results_dir) -> list[str]:
         tp = _json(path, problems)
         if tp is None:
             continue
+        problems += schemas.problems("throughput", tp, path)
         ci = tp.get("overhead_ci95")
         if tp.get("complete") is not True:
             problems.append(f"{path}: complete is {tp.get('complete')!r}, not true (stopped before its measured steps)")
@@ -314,6 +320,8 @@ def estimates_problems(study, results_dir) -> list[str]:
             read_estimates(path)
         except (OSError, ValueError) as e:
             problems.append(str(e) if str(path) in str(e) else f"{path}: {e}")
+            continue
+        problems += schemas.check_file("estimates", path)  # read as one: are its values of their kinds
     return problems
 
 
