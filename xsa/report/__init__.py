@@ -31,6 +31,7 @@ from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
 from xsa.report.estimates import Book, read_estimates, write_estimates
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
+from xsa.report.factorial import factorial_book
 from xsa.report.scale import scale_section
 from xsa.stats import Interval
 from xsa.studies import Contrast, Paired, Sweep, Versus, get_study
@@ -212,6 +213,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     tables["scale"], tables["scale_gates"], figures_scale = [], [], None
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
         estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir, leave_out)
+        estimates["factorial"] = factorial_book(results_dir)  # the factorial study, as far as it has trained
         tables.update(scale_tables)
         done = {key: load_runs(results_dir, list(estimates[study.prediction][key].runs))  # its runs so far
                 for key in ("runs_done", "check_runs_done")}

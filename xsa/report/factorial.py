@@ -1,0 +1,100 @@
+"""
+The factorial study's registered estimates as the paper reads them (results/estimates/factorial.json):
+each cell at each rate and its two-rate primary, the four contrasts with Holm's p, and the stability
+measures for every cell and rate and for the scale study's x4 level (at each common rate and at the
+tuned rates), all computed by xsa/factorial/analysis.py.
+
+    book = factorial_book(results)     # {key: Estimate}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xsa.design import final_bpb
+from xsa.factorial import analysis as A
+from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
+from xsa.report.estimates import Estimate, fact, slug
+from xsa.study import xsa_pair
+
+X4_SEEDS = range(210, 218)
+# the scale study's x4 pairs the stability measures read: at each common rate, and at the tuned rates
+X4_PAIRS = {"x4_at_0_04": (0.04, 0.04), "x4_at_0_08": (0.08, 0.08), "x4_tuned": (0.08, 0.04)}
+
+
+def _estimate(key: str, e: dict, family: str, definition: str, declared: int = 0) -> Estimate:
+    return Estimate(key, e["value"], e["lo"], e["hi"], e.get("n") or 0, e.get("sd"), e.get("p"), e.get("p_holm"),
+                    family=family, definition=definition, declared=declared,
+                    reason="" if e["value"] is not None else "fewer than two pairs")
+
+
+def _cells(results: Path) -> dict[str, Estimate]:
+    out = {}
+    for name, e in A.cell_estimates(results).items():
+        cell, _, lr = name.partition("@")
+        c = next(x for x in CELLS if x.name == cell)
+        what = f"at matrix LR {lr}" if lr else f"the per-seed mean over matrix LRs {' and '.join(f'{r:g}' for r in RATES)}"
+        key = slug(cell) + (f"_at_{slug(lr)}" if lr else "")
+        out[key] = _estimate(key, e, "primary (per cell)" if not lr else "descriptive",
+                             f"{cell} (`{c.preset}`): XSA minus baseline in final val bpb, relative, paired by seed, "
+                             f"{what}", declared=len(c.seeds))
+    return out
+
+
+def _contrasts(results: Path) -> dict[str, Estimate]:
+    out = {}
+    est = A.contrast_estimates(results)
+    for k in CONTRASTS:
+        for key in (k.key, f"{k.key}_per_doubling"):
+            if key in est:
+                per = " per doubling of steps" if key.endswith("per_doubling") else ""
+                out[key] = _estimate(key, est[key], "secondary (Holm over the four contrasts)",
+                                     f"{k.name}: {k.second}'s primary minus {k.first}'s, Welch's t{per}")
+    return out
+
+
+def _stability(key: str, st: dict, a, b) -> dict[str, Estimate]:
+    """The spread, spikes and mode split of one pair of arms, as estimates."""
+    sp, out = st["spread"], {}
+    out[f"{key}_variance_ratio"] = Estimate(
+        f"{key}_variance_ratio", sp["ratio"], sp["lo"], sp["hi"], min(sp["n_a"], sp["n_b"]), unit="ratio",
+        metric="val_bpb", family="descriptive", reason="" if sp["ratio"] is not None else "fewer than two seeds",
+        definition=f"the between-seed variance of final val bpb of `{a.name}` over that of `{b.name}`, 95% F interval")
+    for arm, side in ((a, "base"), (b, "xsa")):
+        out[f"{key}_sd_{side}"] = fact(f"{key}_sd_{side}", sp[f"sd_{'a' if side == 'base' else 'b'}"], "val bpb",
+                                       f"`{arm.name}`: SD of final val bpb between seeds", family="descriptive")
+        runs = [r for r in st["runs"] if r["run"].startswith(arm.name + "_s")]
+        out[f"{key}_sharp_runs_{side}"] = fact(
+            f"{key}_sharp_runs_{side}", sum(r["mode"] == "sharp" for r in runs), "runs",
+            f"`{arm.name}`: runs whose layer-1 head ends sharp by the registered entropy rule (of {len(runs)})",
+            family="descriptive", runs=[r["run"] for r in runs])
+        out[f"{key}_spiky_runs_{side}"] = fact(
+            f"{key}_spiky_runs_{side}", sum(r["spikes"] > 0 for r in runs), "runs",
+            f"`{arm.name}`: runs with at least one training-loss spike (of {len(runs)})", family="descriptive",
+            runs=[r["run"] for r in runs])
+    for mode, e in st["by_mode"].items():
+        out[f"{key}_effect_{mode}"] = _estimate(f"{key}_effect_{mode}", e, "descriptive",
+                                                f"XSA's relative effect on the seeds whose baseline ends {mode} "
+                                                f"(seeds {', '.join(map(str, e['seeds'])) or 'none'})")
+    return out
+
+
+def factorial_book(results) -> dict[str, Estimate]:
+    """Every estimate of the factorial study, and the stability measures at x4."""
+    results = Path(results)
+    book = {**_cells(results), **_contrasts(results)}
+    for c in CELLS:
+        for lr, p in c.pairs().items():
+            book.update(_stability(f"{slug(c.name)}_at_{slug(f'{lr:g}')}", A.pair_stability(results, p.a, p.b, c.seeds),
+                                   p.a, p.b))
+    x4 = xsa_pair("cpu-w64-d4-s1536", cpu_compile=True)
+    for key, (lr_a, lr_b) in X4_PAIRS.items():
+        a, b = x4.a.with_(matrix_lr=lr_a), x4.b.with_(matrix_lr=lr_b)
+        book.update(_stability(key, A.pair_stability(results, a, b, X4_SEEDS), a, b))
+    for i, lr in enumerate(RATES):  # the common rates, as the text names them
+        book[f"rate_{i}"] = fact(f"rate_{i}", lr, "matrix LR", "a common matrix learning rate of the factorial study")
+    runs = factorial_study().runs
+    done = [r.run_id for r in runs if final_bpb(results, r) is not None]
+    book["runs_declared"] = fact("runs_declared", len(runs), "runs", "the factorial study's declared runs")
+    book["runs_done"] = fact("runs_done", len(done), "runs", "its runs with a finished record", runs=done)
+    return book
