@@ -185,11 +185,24 @@ def test_every_committed_run_of_a_study_is_trained_by_hand_into_its_folder(study
 def test_train_refuses_a_field_given_twice_or_a_seed_by_set():
     from xsa import train
     for argv, message in ((["--set", "xsa_alpha=1", "--alpha", "1"], "give it once"),
-                          (["--set", "seed=3"], "--seed"), (["--set", "matrix_lr"], "FIELD=VALUE")):
+                          (["--set", "seed=3"], "--seed"), (["--set", "matrix_lr"], "FIELD=VALUE"),
+                          (["--set", "n_layer=3", "--set", "n_layer=4"], "given twice")):
         with pytest.raises(ValueError, match=message):
             train.run_of_args(train.parser().parse_args(["--preset", "smoke", *argv]))
     with pytest.raises(ConfigError, match="not_a_field"):
         train.run_of_args(train.parser().parse_args(["--preset", "smoke", "--set", "not_a_field=1"]))
+
+
+def test_a_model_that_cannot_fit_is_refused_before_it_is_built():
+    """A mistyped depth is an error naming it at once, not a process that grows for minutes."""
+    import torch
+
+    from xsa.model import build
+    from xsa.presets import make_config
+    huge = make_config("smoke", n_layer=99_999_999_999).model
+    with pytest.raises(ConfigError, match="n_layer=99999999999.*GiB"):
+        build(huge, 0, torch.device("cpu"))
+    build(make_config("smoke").model, 0, torch.device("cpu"))  # a model that fits is built
 
 
 def test_train_help_names_the_compiled_cpu_path():

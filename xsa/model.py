@@ -20,6 +20,7 @@ value v_i, before the output projection:
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn as nn
@@ -422,6 +423,7 @@ def build(config: GPTConfig, seed: int, device: torch.device, meta: bool | None 
     base_train (92d63d4): no CPU copy of the weights, and every rank draws the same weights from
     the seed. Elsewhere it is built and initialised on the CPU, as the committed runs were (their
     weights depend on the random numbers GPT() draws before init_weights)."""
+    check_fits(config, device)
     torch.manual_seed(seed)
     if not (device.type == "cuda" if meta is None else meta):
         model = GPT(config)
@@ -432,3 +434,17 @@ def build(config: GPTConfig, seed: int, device: torch.device, meta: bool | None 
     model.to_empty(device=device)
     model.init_weights()  # writes every parameter and the rotary buffers
     return model
+
+
+def check_fits(config: GPTConfig, device: torch.device) -> None:
+    """Refuse, before any module is made, a model whose weights, gradients and optimizer state (at most 16
+    bytes a parameter, over an upper count: block matrices, a vocabulary table a layer and two) exceed memory."""
+    params = 12 * config.n_layer * config.n_embd ** 2 + (config.n_layer + 2) * config.vocab_size * config.n_embd
+    if device.type == "cuda":
+        have = torch.cuda.mem_get_info(device)[1]
+    else:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 16 * params > have:
+        raise ConfigError(f"model: n_layer={config.n_layer}, n_embd={config.n_embd}, vocab_size={config.vocab_size} "
+                          f"is about {params:.3g} parameters, {16 * params / 2**30:,.0f} GiB to train, more than this "
+                          f"{device.type} device's {have / 2**30:,.0f} GiB")

@@ -185,6 +185,8 @@ def parse_overrides(pairs: list[str], flag: str = "--set") -> dict:
         name, eq, value = pair.partition("=")
         if not eq or not name:
             raise ValueError(f"{flag}: expected FIELD=VALUE, got {pair!r}")
+        if name in out:
+            raise ValueError(f"{flag} {name}=...: given twice; give it once")
         try:
             out[name] = json.loads(value)
         except json.JSONDecodeError:
