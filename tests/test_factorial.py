@@ -143,3 +143,26 @@ def test_the_registration_is_written_once(tmp_path):
     assert out.read_text() == "{}"
     with pytest.raises(SystemExit):
         prereg.main(["--study", "factorial", "--results", str(tmp_path / "missing")])
+
+
+def test_the_d12_rule_can_reject_the_cpu_statement_either_way():
+    from xsa.factorial.d12 import verdict
+    cpu = (-0.03, -0.004)  # its central half: [-0.0235, -0.0105]
+    assert verdict((-0.004, -0.002), cpu) == "rejected"  # smaller than stated
+    assert verdict((-0.05, -0.04), cpu) == "rejected"  # larger than stated
+    assert verdict((-0.02, -0.01), cpu) == "consistent"
+    assert verdict((-0.012, -0.002), cpu) == "inconclusive"
+    with pytest.raises(ValueError, match="low end"):
+        verdict((0.01, -0.01), cpu)
+
+
+def test_the_d12_test_runs_both_arms_at_two_rates_and_sizes_itself_from_its_own_pairs(tmp_path):
+    from xsa.study_scale import D12_TEST, d12_pairs
+    study = get_study("d12-test", tmp_path)
+    pairs = d12_pairs()
+    assert len(pairs) == 2 and pairs[1].a.get("matrix_lr") == 2 * pairs[0].a.get("matrix_lr")
+    assert len(study.runs) == 4 * D12_TEST.first  # both arms at both rates on the first seeds
+    rng = random.Random(1)
+    for run in study.runs:  # a spread far above the target: the rule adds a block of seeds
+        _write(tmp_path, run, 0.8 + rng.gauss(0, 0.01))
+    assert len(get_study("d12-test", tmp_path).runs) == 4 * (D12_TEST.first + D12_TEST.block)

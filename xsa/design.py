@@ -95,14 +95,18 @@ class PrecisionRule:
     start: int = 100
 
     def seeds(self, results: Path, a: Arm, b: Arm) -> range:
+        return self.seeds_over(results, [(a, b)])
+
+    def seeds_over(self, results: Path, pairs) -> range:
+        """The rule on each seed's mean over several (a, b) pairs (the same seed at several rates, say)."""
         n = self.first
         while n < self.most:
             diffs = []
             for s in range(self.start, self.start + n):
-                x, y = final_bpb(results, a.run(s)), final_bpb(results, b.run(s))
-                if x is None or y is None:
+                values = [(final_bpb(results, a.run(s)), final_bpb(results, b.run(s))) for a, b in pairs]
+                if any(x is None or y is None for x, y in values):
                     return range(self.start, self.start + n)  # this block is still training
-                diffs.append((y - x) / x)
+                diffs.append(sum((y - x) / x for x, y in values) / len(values))
             mean = sum(diffs) / n
             sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
             if t_critical(n - 1) * sd / math.sqrt(n) <= self.half_width:

@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "xsa.reproduce", "xsa.data.__main__")),
     # tables, figures, claims and sentences, read from run records
     ("report", ("xsa.report", "xsa.report.*", "xsa.factorial.analysis", "xsa.factorial.models",
-                "xsa.factorial.steps")),
+                "xsa.factorial.steps", "xsa.factorial.d12")),
     # a study's pre-registration (its power analysis reads the pilot's records)
     ("pre-registration", ("xsa.prereg", "xsa.prereg_scale", "xsa.prereg_check", "xsa.factorial.prereg")),
     # the paper's export and its checks

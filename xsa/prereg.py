@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from xsa.design import detectable, half_width, slope_detectable
-from xsa.factorial.prereg import factorial_document
+from xsa.factorial.prereg import d12_test_document, factorial_document
 from xsa.prereg_check import check_document
 from xsa.prereg_scale import scale_document
 from xsa.records import REPO_ROOT, atomic_write_text
@@ -117,7 +117,7 @@ def robust_document(results: Path) -> str:
 
 
 DOCUMENTS = {"robust": robust_document, "scale": scale_document, "scale-check": check_document,
-             "factorial": factorial_document}
+             "factorial": factorial_document, "d12-test": d12_test_document}
 
 
 def main(argv=None) -> int:

@@ -31,7 +31,7 @@ from xsa.report.scale_check import KEYS as CHECK_KEYS, check_book, check_conditi
 from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, gate_table
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
-from xsa.study_scale import SECONDARY
+from xsa.study_scale import D12_RATE_FACTORS, SECONDARY
 
 LEVELS = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8",
           "gate at width 64", "gate at 8 heads", "width 256, 128 steps", "width 256, 384 steps")
@@ -320,9 +320,11 @@ def study_d12_config(results: Path):
 def gpu_cost_facts(cfg, pairs: int) -> dict[str, Estimate]:
     """What the d12 test costs on one node of eight H100s (xsa/gpu_cost.py: estimated from the
     model's FLOPs, not measured), each end of its range a fact the paper's text reads."""
-    book, run, test = {}, run_hours(cfg), test_hours(cfg, pairs)
+    rates = len(D12_RATE_FACTORS)  # every seed's pair runs at each of the test's rates
+    book, run, test = {}, run_hours(cfg), test_hours(cfg, pairs * rates)
     ends = {"d12_run_hours": (run, "wall hours of one d12 run"),
-            "d12_test_hours": (test, f"wall hours of the d12 test at {pairs} pairs, its data build included"),
+            "d12_test_hours": (test, f"wall hours of the d12 test at {pairs} pairs at each of {rates} rates, its "
+                                     "data build included"),
             "d12_test_usd": (tuple(NODE_USD_PER_HOUR * h for h in test), "its cost in US dollars")}
     for key, (values, what) in ends.items():
         for end, v in zip(("lo", "hi"), values):
