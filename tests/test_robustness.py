@@ -219,7 +219,7 @@ def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partia
     assert not list((tmp_path / "again" / archive.ARCHIVE).glob(".*"))
 
 
-@pytest.mark.parametrize("name", ["robust", "scale", "scale-check", "factorial"])
+@pytest.mark.parametrize("name", ["robust", "scale", "scale-check", "factorial", "d12-test"])
 def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_run(name):
     import subprocess
 

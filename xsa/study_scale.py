@@ -204,5 +204,5 @@ def d12_test_study(results: Path) -> Study:
         name="d12-test", scale="GPU scale (nanochat d12 on ClimbMix, the CPU statement tested)",
         runs=unique_runs(r for s in seeds for p in pairs for r in (p.a.run(s), p.b.run(s))), main=tuple(pairs),
         primary=pairs[0].name, half_width_target=D12_TEST.half_width, core_arms=(),
-        throughput=dict(presets=["d12"], steps=50),
+        throughput=dict(presets=["d12"], steps=50), preregistered=("4d0fdd6", "2026-12-06 00:00"),
     )
