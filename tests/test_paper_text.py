@@ -139,13 +139,14 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     assert abstract.count("[") <= 3, "at most three intervals in the abstract"
     # the scale study in progress: its section says so, and predicts nothing until its model can fit;
     # once it can, the prediction is printed as an interim fit while runs are still to come
-    assert "4. Scale: a prediction for d12" in text
+    assert "4. Scale: what CPU scale says about d12" in text
+    assert "does not fit its own\ndata" in text and "not as a prediction" in text  # the registered model fails its heterogeneity test
     in_progress = book.scale.runs_done.value < book.scale.runs_declared.value
     if fitted:
-        assert "The model predicts" in text and "makes no prediction" not in text
+        assert "puts the change in final validation bits per" in text and "makes no prediction" not in text
         assert ("This is an interim fit" in text) == in_progress
     else:
-        assert "makes no prediction" in text and "The model predicts" not in text
+        assert "makes no prediction" in text and "puts the change in final validation bits per" not in text
         assert "The study is in progress" in text
     # the prose outside {{ ... }} and {# ... #}, before the references: no decimal and no percentage typed in
 

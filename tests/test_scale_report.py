@@ -141,7 +141,7 @@ def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
     """With every level recorded (made up here), §4 states the d12 prediction from the estimates, its
     figure shown and referred to; before, it says the study is in progress (tests/test_paper_text.py)."""
     scale, section, blocks = render_section_4(results)
-    assert "The model predicts a change of" in section and "in progress" not in section
+    assert "puts the change in final validation bits per" in section and "in progress" not in section
     lo, hi = (f"{100 * x:+.2f}%" for x in (scale["prediction_d12"].lo, scale["prediction_d12"].hi))
     assert lo in section and hi in section
     assert ("figure", "scale") in blocks

@@ -17,10 +17,11 @@ import math
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import chi2
 
 from xsa.design import final_bpb
 from xsa.gpu_cost import GPUS, MFU, NODE_USD_PER_HOUR, run_hours, test_hours
-from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit,
+from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit, gls,
                          model_conditions, pairs_to_test)
 from xsa.presets import make_config, scaling_params
 from xsa.records import read_json, records_without
@@ -100,7 +101,19 @@ def model_estimates(results: Path, sensitivity: bool = False, conditions=None, t
     for target, where in TARGETS.items():
         mu, lo, hi = f.predict(**where)
         out[f"{tag}prediction {target}"] = dict(key=f"{tag}prediction {target}", value=mu, lo=lo, hi=hi, **where)
+    out[f"{tag}heterogeneity"] = heterogeneity(f)
     return out
+
+
+def heterogeneity(f) -> dict:
+    """Cochran's Q of the fit's conditions about its fixed-effect (tau = 0) line, each condition's mean
+    weighted by n / sigma^2 (the pooled seed variance the model assumes), chi-square at k - 4 degrees of
+    freedom: whether the axes explain the conditions. Added after the study's registration (post hoc)."""
+    X = np.stack([c.x() for c in f.conditions])
+    means, var = np.array([c.mean for c in f.conditions]), np.array([f.sigma2 / c.n for c in f.conditions])
+    beta, _ = gls(means, var, X)
+    q = float(np.sum((means - X @ beta) ** 2 / var))
+    return dict(value=q, df=f.df, p=float(chi2.sf(q, f.df)) if f.df > 0 else None)
 
 
 def _diffs(results: Path, pair, seeds) -> dict[int, float]:
@@ -275,6 +288,14 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
         if isinstance(e, dict) and (name.removeprefix(tag) in SLOPES.values() or "prediction" in name):
             book[book_key(name)] = _fit_estimate(name, e, est[f"{tag}fit"]["conditions"])
     book.update(check_book(results))
+    if "heterogeneity" in est:  # does the registered model fit its own conditions? (post hoc)
+        h = est["heterogeneity"]
+        book["model_heterogeneity_q"] = fact("model_heterogeneity_q", h["value"], "Q", "Cochran's Q of the "
+                                             "registered fit's conditions about its fixed-effect line", family="post hoc")
+        book["model_heterogeneity_df"] = fact("model_heterogeneity_df", h["df"], "degrees of freedom", "its df")
+        book["model_heterogeneity_p"] = fact("model_heterogeneity_p", h["p"], "p", "its chi-square p", family="post hoc")
+        book["model_fails_heterogeneity"] = fact("model_fails_heterogeneity", int(h["p"] is not None and h["p"] < 0.05),
+                                                 "flag", "1 where that test rejects at 5%: the text then says so")
     reused = ("length x1", "heads 2")  # the robust study's pairs (its primary, its two-head pairs)
     book["levels_with_pairs"] = fact("levels_with_pairs", sum(book[slug(n)].n >= 2 for n in LEVELS if n not in reused),
                                      "levels", "levels of the study's own (not the robust study's it reuses) with "
