@@ -97,12 +97,13 @@ def test_bf16_compiled_matches_fp32_eager(trained, smoke_data, threads):
             cos = F.cosine_similarity(a.grad.flatten().double(), b.grad.flatten().double(), dim=0).item()
             assert cos > GRAD_COS, (name, cos)
 
-    # the tolerance sees a wrong model: XSA off moves the fp32 loss by far more than it
+    # the tolerance sees a wrong model: XSA off moves the fp32 loss by several times it (after these 30
+    # steps, 0.04-0.05 nats on the CPUs seen so far, an AMD EPYC and an Intel Xeon; bf16 moves it by 4e-4)
     plain = copy.deepcopy(ref)
     for block in plain.blocks:
         block.attn.xsa_alpha = None
     with torch.no_grad():
-        assert abs(plain(x, y).item() - loss32.item()) > 10 * LOSS_TOL
+        assert abs(plain(x, y).item() - loss32.item()) > 4 * LOSS_TOL
 
     # XSA inside the compiled bf16 model: z orthogonal to v (positions >= 1; at 0, y is v itself)
     for block in model.blocks:
