@@ -261,10 +261,9 @@ def test_the_pdf_reads_as_a_paper(tmp_path):
             assert rows.mean() > 0.1, f"the last page holds almost nothing ({rows.mean():.0%} of its rows)"
 
 
-def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_runs(tmp_path, monkeypatch):
+def _paper_to_export(tmp_path, pdf: bytes):
+    """An executed paper notebook with a title, and a paper folder holding an earlier paper.pdf."""
     import nbformat
-
-    from xsa import paper
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("")
     cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "# A title\n\nText."})]
@@ -273,7 +272,13 @@ def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_ru
     nbformat.write(nb, str(executed))
     out_dir = tmp_path / "paper"
     out_dir.mkdir()
-    (out_dir / "paper.pdf").write_bytes(b"%PDF- an older build")
+    (out_dir / "paper.pdf").write_bytes(pdf)
+    return executed, out_dir
+
+
+def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_runs(tmp_path, monkeypatch):
+    from xsa import paper
+    executed, out_dir = _paper_to_export(tmp_path, b"%PDF- an older build")
     monkeypatch.setattr(paper, "pdf_engine", lambda: None)
     out = paper.export_paper(executed, out_dir)
     assert out["pdf"] is None and not (out_dir / "paper.pdf").exists()
@@ -289,18 +294,8 @@ def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_ru
 def test_without_a_pdf_engine_a_committed_pdf_is_kept_and_said_so(tmp_path, monkeypatch):
     import subprocess
 
-    import nbformat
-
     from xsa import paper
-    nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("")
-    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "# A title\n\nText."})]
-    nb.cells = [cell]
-    executed = tmp_path / "05_paper.ipynb"
-    nbformat.write(nb, str(executed))
-    out_dir = tmp_path / "paper"
-    out_dir.mkdir()
-    (out_dir / "paper.pdf").write_bytes(b"%PDF- the committed build")
+    executed, out_dir = _paper_to_export(tmp_path, b"%PDF- the committed build")
     git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
                                     check=True, capture_output=True)
     git("init", "-q")

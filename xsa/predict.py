@@ -61,8 +61,20 @@ ANCHORS = (
 TAU2_GRID = np.concatenate([[0.0], np.geomspace(1e-12, 1e-3, 721)])
 
 
+class Diffs:
+    """A condition's per-pair differences (`diffs`): their count and mean."""
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.diffs))
+
+
 @dataclass(frozen=True)
-class Condition:
+class Condition(Diffs):
     """One condition: its name, its place on the three axes, and its per-pair relative differences."""
     name: str
     heads: int
@@ -72,14 +84,6 @@ class Condition:
 
     def x(self) -> np.ndarray:
         return design_row(self.heads, self.tokens_per_param, self.seq_len)
-
-    @property
-    def n(self) -> int:
-        return len(self.diffs)
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.diffs))
 
 
 def design_row(heads: int, tokens_per_param: float, seq_len: int) -> np.ndarray:

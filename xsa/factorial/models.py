@@ -32,7 +32,7 @@ from scipy import stats as sps
 
 from xsa.factorial.analysis import at_rate, relative_effects, two_rate
 from xsa.factorial.design import CELLS, RATES
-from xsa.predict import TAU2_GRID, gls, reml
+from xsa.predict import TAU2_GRID, Diffs, gls, reml
 from xsa.presets import make_config, scaling_params
 from xsa.spec import Arm
 from xsa.study import xsa_pair
@@ -53,19 +53,12 @@ W256_SEEDS = range(210, 216)
 
 
 @dataclass(frozen=True)
-class Condition:
+class Condition(Diffs):
+    """A condition: its name, log2 of each axis, its per-pair differences, whether it is held out."""
     name: str
-    axes: dict  # log2 of each axis
+    axes: dict
     diffs: tuple[float, ...]
     held_out: bool = False
-
-    @property
-    def n(self) -> int:
-        return len(self.diffs)
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.diffs))
 
     @property
     def var(self) -> float:
