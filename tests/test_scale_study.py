@@ -105,7 +105,7 @@ def test_the_d12_test_trains_the_predicted_condition_under_its_precision_rule(tm
     from xsa.presets import scaling_params
     from xsa.spec import Run
     study = get_study("d12-test", tmp_path)
-    assert len(study.runs) == 8 and {r.seed for r in study.runs} == {0, 1, 2, 3}
+    assert len(study.runs) == 16 and {r.seed for r in study.runs} == {0, 1, 2, 3}  # both arms at two rates
     cfg = study.runs[0].config()
     target = TARGETS["d12"]
     assert (cfg.model.n_head, cfg.model.head_dim, cfg.model.sequence_len) == (target["heads"], 64, target["seq_len"])
@@ -113,11 +113,11 @@ def test_the_d12_test_trains_the_predicted_condition_under_its_precision_rule(tm
     # another recipe is named by its name alone, and the name reads back
     assert study.runs[1].run_id == "d12_xsa1-nanochat-324e69c_s0"
     assert Run.from_config(study.runs[1].config()) == study.runs[1]
-    # four noisy pairs: the rule adds four more
-    pair = study.main[0]
-    for s, d in zip(range(4), (-0.01, 0.01, -0.02, 0.015)):
-        record(tmp_path, pair.a.run(s), 0.85)
-        record(tmp_path, pair.b.run(s), 0.85 * (1 + d))
+    # four noisy seeds (at both rates): the rule adds four more
+    for pair in study.main:
+        for s, d in zip(range(4), (-0.01, 0.01, -0.02, 0.015)):
+            record(tmp_path, pair.a.run(s), 0.85)
+            record(tmp_path, pair.b.run(s), 0.85 * (1 + d))
     assert {r.seed for r in get_study("d12-test", tmp_path).runs} == set(range(8))
 
 
