@@ -337,22 +337,38 @@ def test_executed_notebooks_and_pdf_are_stable(tmp_path):
 def test_reproduce_judges_a_drift_against_the_effects_it_could_move(tmp_path):
     from xsa.reproduce import effects_moved, verdict
     atomic_write_json(tmp_path / "robust.json", {"estimates": [
-        dict(key="primary", value=-0.006, n=20, unit="relative", runs=["r_s100", "q_s100"]),
-        dict(key="t256", value=-0.003, n=6, unit="relative", runs=["r_s100"]),
-        dict(key="other", value=-0.5, n=6, unit="relative", runs=["x_s1"])]})
+        dict(key="primary", value=-0.006, lo=-0.008, hi=-0.004, n=20, unit="relative", runs=["r_s100", "q_s100"],
+             seed_paper=-0.0032),
+        dict(key="t256", value=-0.003, lo=-0.006, hi=0.0, n=6, unit="relative", runs=["r_s100"]),
+        dict(key="null", value=0.0, lo=-0.003, hi=0.003, n=6, unit="relative", runs=["n_s1"]),
+        dict(key="other", value=-0.5, lo=-0.6, hi=-0.4, n=6, unit="relative", runs=["x_s1"])]})
     moved = effects_moved("r_s100", 0.0006, tmp_path)  # a drift of 0.06% of the run's val bpb
-    assert [m["key"] for m in moved] == ["robust.t256", "robust.primary"]  # the most moved first
-    assert moved[0]["moved"] == pytest.approx(0.0001) and moved[0]["share"] == pytest.approx(1 / 30)
+    # T = 256's interval ends at zero: any move changes whether it excludes zero, so it is listed first
+    assert [m["key"] for m in moved] == ["robust.t256", "robust.primary"] and moved[0]["flips"] == [0.0]
+    assert moved[1]["moved"] == pytest.approx(0.00003) and moved[1]["share"] == pytest.approx(0.015)
     base = dict(weights_match=False, val_bpb_match=False, machine_differs=["CPU a here b"],
                 recorded={"cpu_model": "AMD EPYC", "val_bpb": 2.0})
     assert verdict({**base, "val_bpb_abs_diff": 0.0, "weights_match": True, "val_bpb_match": True,
                     "machine_match": True})[1] == 0
     text, code = verdict({**base, "val_bpb_abs_diff": 0.0012, "machine_match": False, "effects": moved})
-    assert code == 0 and "robust.t256" in text and "3.3% of that effect" in text
-    # a drift of 1% of val bpb over 6 seeds moves T = 256's -0.3% by 0.17 points: more than a tenth of it
-    big = effects_moved("r_s100", 0.01, tmp_path)
-    assert verdict({**base, "val_bpb_abs_diff": 0.02, "machine_match": False, "effects": big})[1] == 1
+    assert code == 1 and "robust.t256" in text and "excludes" in text  # a verdict the drift could change
+    ok = [m for m in moved if m["key"] == "robust.primary"]
+    text, code = verdict({**base, "val_bpb_abs_diff": 0.0012, "machine_match": False, "effects": ok})
+    assert code == 0 and "1.5% of its interval's half-width" in text
+    # a null effect does not shrink the bound: a drift is judged against its interval, not its value (zero)
+    null = effects_moved("n_s1", 0.0006, tmp_path)
+    assert null[0]["share"] == pytest.approx(0.0001 / 0.003) and not null[0]["flips"]
+    assert verdict({**base, "val_bpb_abs_diff": 0.0012, "machine_match": False, "effects": null})[1] == 0
+    # a run in no estimate is judged against its arm's seed-to-seed SD, and one without a spread is not passed
+    lone = {**base, "machine_match": False, "effects": [], "seed_sd_runs": 3}
+    assert verdict({**lone, "val_bpb_abs_diff": 0.0005, "seed_sd": 0.01})[1] == 0
+    assert verdict({**lone, "val_bpb_abs_diff": 0.005, "seed_sd": 0.01})[1] == 1
+    assert verdict({**lone, "val_bpb_abs_diff": 0.0005, "seed_sd": None})[1] == 1
     assert verdict({**base, "val_bpb_abs_diff": 0.0002, "machine_match": True, "effects": moved})[1] == 1  # must be exact
+    # a damaged estimates file is named, before anything is retrained
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ValueError, match="broken.json: not an estimates file"):
+        effects_moved("r_s100", 0.0, tmp_path)
 
 
 def test_cpu_identity_tells_machines_apart():

@@ -15,10 +15,15 @@ family/model/stepping and the kernel set torch picks; torch and numpy versions; 
 match bit for bit, and it says so. Another CPU (even one with the same model name) runs other
 kernels, whose sums round differently: the weights differ and val bpb moves by a little. That
 drift is judged against the effects it could change: every estimate of results/estimates/ that this
-run enters (its key lists the run), each moved by the run's relative drift over its n paired seeds.
-Exit status 0 when the weights match bit for bit, or when they differ on a machine that does not
-match the record and no estimate moves by more than a tenth of itself (TOLERANCE); 1 when one does,
-or the weights differ on a matching machine; 2 on bad input.
+run enters (its key lists the run), each moved by the run's relative drift over its n paired seeds,
+against its interval's half-width (which does not vanish for a null effect) and against its verdict
+(whether the moved interval still excludes zero and the seed paper's effect as it did). A run that
+enters no estimate (a learning-rate selection run, say) is judged against the seed-to-seed spread of
+its arm. Exit status 0 when the weights match bit for bit, or when they differ on a machine that does
+not match the record and no estimate moves by more than a tenth of its half-width nor changes its
+verdict (a run without an estimate: it drifts by at most a tenth of its arm's seed SD); 1 when one
+does, when the drift cannot be judged, or when the weights differ on a matching machine; 2 on bad
+input. The estimates are read before any retraining.
 """
 
 from __future__ import annotations
@@ -74,20 +79,33 @@ def machine_match(prov: dict, threads: int) -> tuple[bool | None, list[str]]:
     return not differs, differs
 
 
+def _excludes(lo: float, hi: float, x: float) -> bool:
+    return not lo <= x <= hi
+
+
 def effects_moved(run_id: str, drift: float, estimates_dir: Path) -> list[dict]:
     """Every estimate of results/estimates/*.json computed from run_id, with how far a relative drift of the
-    run's val bpb would move it (drift / n: one of its n paired seeds) against its own size."""
+    run's val bpb would move it (drift / n: one of its n paired seeds) against its interval's half-width,
+    and whether that move, either way, would change whether it excludes zero or the seed paper's effect."""
     out = []
     for f in sorted(Path(estimates_dir).glob("*.json")):
-        for e in json.loads(f.read_text())["estimates"]:
-            if run_id in e.get("runs", []) and e.get("unit") == "relative" and e.get("value") and e.get("n", 0) >= 2:
-                moved = drift / e["n"]
-                out.append(dict(key=f"{f.stem}.{e['key']}", value=e["value"], n=e["n"], moved=moved,
-                                share=moved / abs(e["value"])))
-    return sorted(out, key=lambda x: -x["share"])
+        try:
+            estimates = json.loads(f.read_text(encoding="utf-8"))["estimates"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{f}: not an estimates file ({type(e).__name__}: {e})") from None
+        for e in estimates:
+            lo, hi = e.get("lo"), e.get("hi")
+            if run_id not in e.get("runs", []) or e.get("unit") != "relative" or e.get("n", 0) < 2 or None in (lo, hi):
+                continue
+            moved = drift / e["n"]
+            flips = [x for x in (0.0, e.get("seed_paper")) if x is not None and any(
+                _excludes(lo + m, hi + m, x) != _excludes(lo, hi, x) for m in (-moved, moved))]
+            out.append(dict(key=f"{f.stem}.{e['key']}", value=e["value"], n=e["n"], moved=moved,
+                            share=moved / ((hi - lo) / 2) if hi > lo else float("inf"), flips=flips))
+    return sorted(out, key=lambda x: (-len(x["flips"]), -x["share"]))
 
 
-TOLERANCE = 0.1  # a drift passes when it moves no estimate it enters by more than a tenth of that estimate
+TOLERANCE = 0.1  # a drift passes when it moves no estimate by more than a tenth of its half-width
 
 
 def verdict(result: dict) -> tuple[str, int]:
@@ -104,14 +122,23 @@ def verdict(result: dict) -> tuple[str, int]:
         return f"NOT bit for bit {where}: |diff| {diff:.2e} bpb ({rel:.4%}); a determinism failure", 1
     moved = result.get("effects") or []
     if not moved:
-        return (f"not bit for bit {where}: |diff| {diff:.2e} bpb ({rel:.4%}); the run enters no estimate of the paper "
-                "with two or more seeds, so no effect to judge it against", 0)
+        sd = result.get("seed_sd")
+        if not sd:
+            return (f"CANNOT JUDGE {where}: |diff| {diff:.2e} bpb ({rel:.4%}); the run enters no estimate and its arm "
+                    "has no seed-to-seed spread to judge the drift against", 1)
+        ok = diff <= TOLERANCE * sd
+        return (f"{'not bit for bit' if ok else 'DIFFERS'} {where}: |diff| {diff:.2e} bpb, {diff / sd:.1%} of its arm's "
+                f"seed-to-seed SD ({sd:.2e} over {result.get('seed_sd_runs')} runs; the run enters no estimate), "
+                f"{'within' if ok else 'beyond'} the tolerance of {TOLERANCE:.0%}", 0 if ok else 1)
     worst = moved[0]
     scale = (f"it would move {worst['key']} ({100 * worst['value']:+.2f}%, n = {worst['n']}) by {100 * worst['moved']:.4f} "
-             f"points, {worst['share']:.1%} of that effect")
+             f"points, {worst['share']:.1%} of its interval's half-width")
+    if worst["flips"]:
+        return (f"DIFFERS {where}: |diff| {diff:.2e} bpb ({rel:.4%}): {scale}, enough to change whether it excludes "
+                f"{', '.join(f'{x:+.4f}' for x in worst['flips'])}", 1)
     if worst["share"] <= TOLERANCE:
         return (f"not bit for bit {where}, as expected across machines; |diff| {diff:.2e} bpb ({rel:.4%}): {scale}, "
-                f"within the tolerance of {TOLERANCE:.0%}, so the paper's effects stand", 0)
+                f"within the tolerance of {TOLERANCE:.0%}, so the paper's effects and verdicts stand", 0)
     return f"DIFFERS {where}: |diff| {diff:.2e} bpb ({rel:.4%}): {scale}, beyond the tolerance of {TOLERANCE:.0%}", 1
 
 
@@ -127,6 +154,7 @@ def reproduce(run_dir: Path, out: Path, data_dir=None, progress: bool = True) ->
     if written != prov.get("config_hash"):
         raise ValueError(f"{run_dir}: config.json hashes to {written}, the record says {prov.get('config_hash')}")
     cfg = TrainConfig.from_dict(record, str(run_dir / "config.json"))
+    effects_moved(run_dir.name, 0.0, run_dir.parent.parent / "estimates")  # a damaged estimates file stops it here
     data = Path(data_dir) if data_dir else run_data_dir(record.get("data_dir"), cfg.data)
     if not (data / COMPLETE).exists():
         print(f"data: {run_dir.name} trained on the `{cfg.data}` corpus, which this machine has not built: building it "
