@@ -195,6 +195,10 @@ def test_decode_speed_compares_alone_with_batched_and_refuses_bad_sizes(capsys):
     with pytest.raises(SystemExit):
         decode_speed.main(["--tokens", "0"])
     assert "--tokens must be a positive integer, got 0" in capsys.readouterr().err
+    for argv, said in ((["--preset", "nope"], "--preset 'nope': not a preset"), (["--device", "nodev"], "--device:")):
+        with pytest.raises(SystemExit):  # one line naming the argument, never a traceback
+            decode_speed.main(["--preset", "smoke", *argv] if argv[0] == "--device" else argv)
+        assert said in capsys.readouterr().err
 
 
 def test_batched_decoding_under_bf16_autocast_stays_finite_and_mostly_agrees():

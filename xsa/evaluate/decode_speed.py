@@ -26,7 +26,7 @@ import torch
 
 from xsa.common import Timer, autodetect_device, device_name
 from xsa.evaluate.chat import greedy_batch
-from xsa.presets import make_config
+from xsa.presets import PRESETS, make_config
 from xsa.step import Precision
 from xsa.validation import random_model
 
@@ -82,7 +82,12 @@ def main(argv=None):
     for name in ("questions", "tokens", "gen_batch"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    device = autodetect_device(args.device)
+    if args.preset not in PRESETS:
+        p.error(f"--preset {args.preset!r}: not a preset (choose from {', '.join(PRESETS)})")
+    try:
+        device = autodetect_device(args.device)
+    except ValueError as e:
+        p.error(f"--device: {e}")
     res = measure(args.preset, device, args.questions, args.tokens, args.gen_batch)
     print(json.dumps({"device": device_name(device), **res}, indent=1))
 
