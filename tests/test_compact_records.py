@@ -32,15 +32,18 @@ def test_progress_is_kept_at_its_last_state_and_a_run_keeps_no_image(stage):
 
 def test_rewriting_the_kept_records_is_done_once(tmp_path, capsys):
     from xsa.paper import stable_notebook
-    path = tmp_path / "01_train" / "run.ipynb"
-    path.parent.mkdir()
+    path = tmp_path / "executed" / "default" / "01_train" / "run.ipynb"
+    path.parent.mkdir(parents=True)
     path.write_text(stable_notebook(_notebook("train")))
     before = path.stat().st_size
-    assert main(["--compact-records", str(tmp_path)]) == 0
+    with pytest.raises(SystemExit):  # only the pipeline's own records
+        main(["--compact-records", str(tmp_path)])
+    args = ["--results", str(tmp_path), "--compact-records", str(tmp_path / "executed")]
+    assert main(args) == 0
     once = path.read_text()
     assert len(once) < before and "run: 99%" in once and "run: 98%" not in once
     assert nbformat.reads(once, as_version=4).metadata["xsa"]["inputs"] == "abc"  # still up to date
-    assert main(["--compact-records", str(tmp_path)]) == 0
+    assert main(args) == 0
     assert path.read_text() == once
     with pytest.raises(SystemExit):
-        main(["--compact-records", str(tmp_path / "missing")])
+        main(["--results", str(tmp_path), "--compact-records", str(tmp_path / "executed" / "missing")])

@@ -308,9 +308,12 @@ def main(argv=None) -> int:
                         "(progress bars at their last state, a per-run stage without images) and exit")
     args = p.parse_args(argv)
     if args.compact_records:
+        executed = (Path(args.results) / "executed").resolve()
         for folder in args.compact_records:
             if not Path(folder).is_dir():
                 p.error(f"--compact-records: {folder} is not a folder")
+            if not Path(folder).resolve().is_relative_to(executed):  # the pipeline's records, nobody else's files
+                p.error(f"--compact-records: {folder} is not inside {executed}, where the pipeline keeps its records")
             n, before, after = compact_records(Path(folder))
             print(f"{folder}: {n} executed notebooks, {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB", flush=True)
         return 0
