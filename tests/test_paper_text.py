@@ -305,3 +305,16 @@ def test_without_a_pdf_engine_a_committed_pdf_is_kept_and_said_so(tmp_path, monk
     out = paper.export_paper(executed, out_dir)
     assert out["pdf"] is None and out["kept"]
     assert (out_dir / "paper.pdf").read_bytes() == b"%PDF- the committed build"
+
+
+def test_a_compound_statement_is_checked_whole():
+    """"excludes zero and the seed paper's effect" is one claim against both values: an interval that
+    excludes zero but contains the seed paper's effect fails it whole."""
+    from xsa.report.estimates import Book, Estimate
+    from xsa.report.writing import Paper
+    e = Estimate("prediction_d12", -0.019, -0.0368, -0.0011, n=10, seed_paper=-0.0032)
+    paper = Paper(Book({"scale": {"prediction_d12": e}}), {}, lambda *a, **k: "")
+    assert paper.claim("scale.prediction_d12", "excludes", against=0.0) == "excludes"
+    assert paper.claim("scale.prediction_d12", "excludes", against=[0.0, "seed paper"]) != "excludes"
+    assert "against seed paper" in paper.stale[-1]
+    assert paper.claim("scale.prediction_d12", "includes", against="seed paper") == "includes"

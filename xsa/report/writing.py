@@ -143,16 +143,19 @@ class Paper:
         return '\n<div class="appendix-start"></div>\n'
 
     def claim(self, key, word: str, against=None, say: str | None = None) -> str:
-        """`word` (or `say`) if the estimate at `key` (or every one of a list of keys) supports it; else a
-        mark that fails the build."""
+        """`word` (or `say`) if the estimate at `key` (or every one of a list of keys) supports it against
+        `against` (or every one of a list of values: a compound statement such as "excludes zero and the
+        seed paper's effect" is checked whole); else a mark that fails the build."""
         if word not in VERDICTS:
             raise ValueError(f"claim({key!r}, {word!r}): the word is not one of {', '.join(VERDICTS)}")
         failed = []
         for k in [key] if isinstance(key, str) else key:
             e = self.book.get(k)
-            x = e.seed_paper if against == "seed paper" else against
-            if e.value is None or not VERDICTS[word](e, x):
-                failed.append(f"{k} = {est(e)}" + (f", Holm p {pvalue(e.p_holm)}" if e.p_holm is not None else ""))
+            for a in against if isinstance(against, (list, tuple)) else [against]:
+                x = e.seed_paper if a == "seed paper" else a
+                if e.value is None or not VERDICTS[word](e, x):
+                    failed.append(f"{k} = {est(e)} against {a}" + (f", Holm p {pvalue(e.p_holm)}"
+                                                                    if e.p_holm is not None else ""))
         if not failed:
             return say or word
         self.stale.append(f"claim({key!r}, {word!r}) but {'; '.join(failed)}")
