@@ -21,7 +21,7 @@ from xsa.report.archive import archived_runs, condition as archived_condition
 from xsa.report.estimates import (Estimate, contrasted, fact, from_values, not_run, paired, slope, slug, with_holm)
 from xsa.report.records import per_seed
 from xsa.report.tables import overhead
-from xsa.stats import relative_differences
+from xsa.stats import differences, relative_differences
 from xsa.studies import PRECISION, SEED_PAPER, Contrast, Paired, Sweep, Versus
 
 # the seeds the default study's primary comparison was planned with; seeds from 8 on were added by a
@@ -152,6 +152,10 @@ def robust_estimates(robust, estimating, selecting, seed_effect=D12) -> dict:
     except KeyError:
         return {"primary": not_run("primary", "LR selection pending", "primary")}
     est["primary"] = paired("primary", estimating, p.a, p.b, family="primary", seed_paper=seed_effect)
+    base, xsa = per_seed(estimating, p.a, "val_bpb"), per_seed(estimating, p.b, "val_bpb")
+    est["primary_abs"] = from_values(  # the same effect in the metric's own unit, beside the relative one
+        "primary_abs", differences(base, xsa).values(), unit="absolute", metric="val_bpb", family="descriptive",
+        definition="the primary endpoint in bits per byte: XSA minus baseline, paired by seed")
     first = set(range(PRECISION.start, PRECISION.start + PRECISION.first))
     est["primary_first"] = paired("primary_first", estimating, p.a, p.b, seeds=first, family="primary",
                                   seed_paper=seed_effect)
