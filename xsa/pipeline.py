@@ -81,18 +81,20 @@ def check_outputs(job: Job) -> None:
             raise StageError(f"stage train ({job.name}): the run stopped before its horizon (complete: false)")
 
 
-PER_RUN = ("train", "evaluate", "diagnostics")  # stages with one executed notebook per run
+# stages whose figures are drawn again from their records or kept as files beside the notebook
+NO_IMAGES = ("train", "evaluate", "diagnostics", "throughput")
 
 
 def compact(nb, stage: str):
     """The executed notebook as it is kept: each run of stream outputs merged into one and every
     carriage-return overwrite dropped (nbconvert's CoalesceStreamsPreprocessor), so a progress bar's
-    thousands of refreshes become its last state; and for a per-run stage, its images dropped: they
-    are drawn from the run's record (metrics.jsonl, diagnostics.json), which git keeps, whenever the
-    notebook runs. Applying it twice changes nothing."""
+    thousands of refreshes become its last state; and for a per-run or per-preset stage, its images
+    dropped: they are drawn from the records git keeps (metrics.jsonl, diagnostics.json) whenever the
+    notebook runs, and the throughput stage saves its figure as files beside it. Applying it twice
+    changes nothing."""
     from nbconvert.preprocessors import CoalesceStreamsPreprocessor  # lazy: start-up time (--help, --status)
     nb = CoalesceStreamsPreprocessor().preprocess(nb, {})[0]
-    if stage in PER_RUN:
+    if stage in NO_IMAGES:
         for cell in nb.cells:
             if cell.get("outputs"):
                 cell.outputs = [o for o in cell.outputs if not any(k.startswith("image/") for k in o.get("data", {}))]

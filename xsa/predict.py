@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import chi2
 
 from xsa.design import final_bpb
 from xsa.presets import scaling_params
@@ -147,22 +148,38 @@ def reml(tau2: float, means, within, X) -> float:
     return -0.5 * (np.sum(np.log(v)) - np.linalg.slogdet(cov)[1] + np.sum(r * r / v))
 
 
+def fit_design(conditions, X: np.ndarray):
+    """(beta, cov, tau2, sigma2) of the meta-regression of the conditions' means on the design X:
+    sigma^2 pooled within conditions, tau^2 by REML on its grid, the coefficients by GLS; None where
+    X has no degree of freedom left or an axis does not vary."""
+    if len(conditions) <= X.shape[1] or np.linalg.matrix_rank(X) < X.shape[1]:
+        return None
+    means = np.array([c.mean for c in conditions])
+    ss = sum(float(np.sum((np.array(c.diffs) - c.mean) ** 2)) for c in conditions)
+    sigma2 = ss / sum(c.n - 1 for c in conditions)
+    within = np.array([sigma2 / c.n for c in conditions])
+    tau2 = float(max(TAU2_GRID, key=lambda t2: reml(t2, means, within, X)))
+    beta, cov = gls(means, tau2 + within, X)
+    return beta, cov, tau2, sigma2
+
+
+def cochran_q(means, variances, X) -> dict:
+    """Cochran's heterogeneity test of condition means about their fixed-effect (tau = 0) fit on X, each
+    weighted by 1 / its variance: {value: Q, df, p (chi-square at k - p degrees of freedom)}."""
+    beta, _ = gls(means, variances, X)
+    q = float(np.sum((means - X @ beta) ** 2 / variances))
+    df = len(means) - X.shape[1]
+    return dict(value=q, df=df, p=float(chi2.sf(q, df)) if df > 0 else None)
+
+
 def fit(conditions) -> Fit | None:
     """The model fitted on the conditions with at least two pairs; None while fewer than five such
     conditions (one degree of freedom) have landed."""
     used = tuple(c for c in conditions if c.n >= 2)
     if len(used) < 5:
         return None
-    X = np.stack([c.x() for c in used])
-    if np.linalg.matrix_rank(X) < X.shape[1]:
-        return None  # an axis does not vary yet
-    means = np.array([c.mean for c in used])
-    ss = sum(float(np.sum((np.array(c.diffs) - c.mean) ** 2)) for c in used)
-    sigma2 = ss / sum(c.n - 1 for c in used)
-    within = np.array([sigma2 / c.n for c in used])
-    tau2 = float(max(TAU2_GRID, key=lambda t2: reml(t2, means, within, X)))
-    beta, cov = gls(means, tau2 + within, X)
-    return Fit(beta, cov, tau2, sigma2, used)
+    model = fit_design(used, np.stack([c.x() for c in used]))
+    return None if model is None else Fit(*model, used)
 
 
 def pairs_to_test(pair_sd: float, half_width: float = 0.001, first: int = 3, most: int = 16) -> int:

@@ -46,6 +46,7 @@ from xsa.data.build import COMPLETE
 from xsa.data.shards import data_fingerprint
 from xsa.records import REPO_ROOT, atomic_write_json, cpu_identity, cpu_key, cpu_model, read_json, software_versions
 from xsa.spec import Run
+from xsa.stats import Interval
 from xsa.train import train
 
 
@@ -79,10 +80,6 @@ def machine_match(prov: dict, threads: int) -> tuple[bool | None, list[str]]:
     return not differs, differs
 
 
-def _excludes(lo: float, hi: float, x: float) -> bool:
-    return not lo <= x <= hi
-
-
 def effects_moved(run_id: str, drift: float, estimates_dir: Path) -> list[dict]:
     """Every estimate of results/estimates/*.json computed from run_id, with how far a relative drift of the
     run's val bpb would move it (drift / n: one of its n paired seeds) against its interval's half-width,
@@ -99,7 +96,7 @@ def effects_moved(run_id: str, drift: float, estimates_dir: Path) -> list[dict]:
                 continue
             moved = drift / e["n"]
             flips = [x for x in (0.0, e.get("seed_paper")) if x is not None and any(
-                _excludes(lo + m, hi + m, x) != _excludes(lo, hi, x) for m in (-moved, moved))]
+                Interval(lo + m, hi + m).excludes(x) != Interval(lo, hi).excludes(x) for m in (-moved, moved))]
             out.append(dict(key=f"{f.stem}.{e['key']}", value=e["value"], n=e["n"], moved=moved,
                             share=moved / ((hi - lo) / 2) if hi > lo else float("inf"), flips=flips))
     return sorted(out, key=lambda x: (-len(x["flips"]), -x["share"]))

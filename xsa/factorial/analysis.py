@@ -70,14 +70,10 @@ def welch(first, second) -> dict:
     x, y = list(first), list(second)
     if len(x) < 2 or len(y) < 2:
         return dict(value=None, lo=None, hi=None, n=min(len(x), len(y)), df=None, p=None)
-    mx, my = sum(x) / len(x), sum(y) / len(y)
-    vx, vy = (sum((v - mx) ** 2 for v in x) / (len(x) - 1) / len(x), sum((v - my) ** 2 for v in y) / (len(y) - 1) / len(y))
-    se = math.sqrt(vx + vy)
-    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1)) if se > 0 else len(x) + len(y) - 2
-    d = my - mx
-    half = sps.t.ppf(1 - ALPHA / 2, df) * se
-    p = 2 * sps.t.sf(abs(d) / se, df) if se > 0 else (0.0 if d else 1.0)
-    return dict(value=d, lo=d - half, hi=d + half, n=min(len(x), len(y)), df=df, p=float(p))
+    test = sps.ttest_ind(y, x, equal_var=False)
+    ci = test.confidence_interval(1 - ALPHA)
+    return dict(value=sum(y) / len(y) - sum(x) / len(x), lo=float(ci.low), hi=float(ci.high), n=min(len(x), len(y)),
+                df=float(test.df), p=float(test.pvalue))
 
 
 def doublings(first: Cell, second: Cell) -> float:
@@ -194,8 +190,7 @@ def pair_stability(results: Path, a, b, seeds) -> dict:
     """Everything stability reports for one pair of arms on `seeds`."""
     per_arm = {arm.name: [run_stability(results, arm.run(s)) for s in seeds
                           if final_bpb(results, arm.run(s)) is not None] for arm in (a, b)}
-    return dict(spread=spread(results, a, b, seeds), by_mode=by_mode(results, a, b, seeds),
-                runs=[r for rs in per_arm.values() for r in rs],
+    return dict(spread=spread(results, a, b, seeds), by_mode=by_mode(results, a, b, seeds), runs=per_arm,
                 spikes={name: sum(r["spikes"] for r in rs) for name, rs in per_arm.items()})
 
 

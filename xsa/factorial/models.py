@@ -32,7 +32,7 @@ from scipy import stats as sps
 
 from xsa.factorial.analysis import at_rate, relative_effects, two_rate
 from xsa.factorial.design import CELLS, RATES
-from xsa.predict import TAU2_GRID, Diffs, gls, reml
+from xsa.predict import Diffs, cochran_q, fit_design
 from xsa.presets import make_config, scaling_params
 from xsa.spec import Arm
 from xsa.study import xsa_pair
@@ -107,15 +107,7 @@ def design(conds, names) -> np.ndarray:
 
 def fit(conds, names):
     """(beta, cov, tau2, sigma2) of the meta-regression on `names`, or None when it cannot be fitted."""
-    X = design(conds, names)
-    if len(conds) <= X.shape[1] or np.linalg.matrix_rank(X) < X.shape[1]:
-        return None
-    means = np.array([c.mean for c in conds])
-    sigma2 = sum(float(np.sum((np.array(c.diffs) - c.mean) ** 2)) for c in conds) / sum(c.n - 1 for c in conds)
-    within = np.array([sigma2 / c.n for c in conds])
-    tau2 = float(max(TAU2_GRID, key=lambda t2: reml(t2, means, within, X)))
-    beta, cov = gls(means, tau2 + within, X)
-    return beta, cov, tau2, sigma2
+    return fit_design(conds, design(conds, names))
 
 
 def predict(model, row: np.ndarray) -> tuple[float, float]:
@@ -138,12 +130,7 @@ def loco(conds, names) -> float | None:
 
 def heterogeneity(conds, names) -> dict:
     """Cochran's Q_E of the fixed-effect fit: its value, degrees of freedom and p."""
-    X, means = design(conds, names), np.array([c.mean for c in conds])
-    w = 1.0 / np.array([c.var for c in conds])
-    beta, _ = gls(means, 1.0 / w, X)
-    q = float(np.sum(w * (means - X @ beta) ** 2))
-    df = len(conds) - X.shape[1]
-    return dict(q=q, df=df, p=float(sps.chi2.sf(q, df)) if df > 0 else None)
+    return cochran_q(np.array([c.mean for c in conds]), np.array([c.var for c in conds]), design(conds, names))
 
 
 def compare(results: Path, rate: float | None = None) -> dict:

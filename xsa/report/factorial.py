@@ -63,7 +63,7 @@ def _stability(key: str, st: dict, a, b) -> dict[str, Estimate]:
     for arm, side in ((a, "base"), (b, "xsa")):
         out[f"{key}_sd_{side}"] = fact(f"{key}_sd_{side}", sp[f"sd_{'a' if side == 'base' else 'b'}"], "val bpb",
                                        f"`{arm.name}`: SD of final val bpb between seeds", family="descriptive")
-        runs = [r for r in st["runs"] if r["run"].startswith(arm.name + "_s")]
+        runs = st["runs"][arm.name]
         out[f"{key}_sharp_runs_{side}"] = fact(
             f"{key}_sharp_runs_{side}", sum(r["mode"] == "sharp" for r in runs), "runs",
             f"`{arm.name}`: runs whose layer-1 head ends sharp by the registered entropy rule (of {len(runs)})",

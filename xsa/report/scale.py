@@ -17,11 +17,10 @@ import math
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import chi2
 
 from xsa.design import final_bpb
 from xsa.gpu_cost import GPUS, MFU, NODE_USD_PER_HOUR, run_hours, test_hours
-from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit, gls,
+from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit, cochran_q,
                          model_conditions, pairs_to_test)
 from xsa.presets import make_config, scaling_params
 from xsa.records import read_json, records_without
@@ -109,11 +108,8 @@ def heterogeneity(f) -> dict:
     """Cochran's Q of the fit's conditions about its fixed-effect (tau = 0) line, each condition's mean
     weighted by n / sigma^2 (the pooled seed variance the model assumes), chi-square at k - 4 degrees of
     freedom: whether the axes explain the conditions. Added after the study's registration (post hoc)."""
-    X = np.stack([c.x() for c in f.conditions])
-    means, var = np.array([c.mean for c in f.conditions]), np.array([f.sigma2 / c.n for c in f.conditions])
-    beta, _ = gls(means, var, X)
-    q = float(np.sum((means - X @ beta) ** 2 / var))
-    return dict(value=q, df=f.df, p=float(chi2.sf(q, f.df)) if f.df > 0 else None)
+    return cochran_q(np.array([c.mean for c in f.conditions]), np.array([f.sigma2 / c.n for c in f.conditions]),
+                     np.stack([c.x() for c in f.conditions]))
 
 
 def _diffs(results: Path, pair, seeds) -> dict[int, float]:
