@@ -3,6 +3,7 @@ and the command line on a tiny trained run."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,6 +172,17 @@ def test_figures_are_written_as_png_and_svg(tiny_run, tmp_path):
     first = {p: p.read_bytes() for p in paths}  # the package's one saver: byte-stable figures
     plot_head_heatmap(diag, tmp_path, "heads")
     assert (tmp_path / "heads.svg").read_bytes() == first[tmp_path / "heads.svg"]
+
+
+def test_figures_are_redrawn_from_a_committed_record_without_its_checkpoint(tmp_path, capsys):
+    # per-run figures are not committed; --figures draws them again from diagnostics.json alone
+    run = Path(__file__).resolve().parents[1] / "results" / "runs" / "cpu-w64-d4_base_s0"
+    main(["--run", str(run), "--figures", str(tmp_path / "fig")])
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == sorted(
+        f"diagnostics_{k}_cpu-w64-d4_base_s0.{x}" for k in ("heads", "layers") for x in ("png", "svg"))
+    with pytest.raises(SystemExit):
+        main(["--run", str(tmp_path), "--figures", str(tmp_path / "fig")])
+    assert "diagnostics.json: no such file" in capsys.readouterr().err
 
 
 def test_cli_out_a_folder_is_refused_without_advice_to_overwrite(tiny_run, tmp_path, capsys):

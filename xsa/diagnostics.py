@@ -311,6 +311,18 @@ def plot_head_heatmap(diag: dict, out_dir, name: str, metrics=("cos_y_v", "cos_z
 # -----------------------------------------------------------------------------
 
 
+def draw_from_record(p: argparse.ArgumentParser, run_dir: Path, out_dir: Path) -> None:
+    """A run's figures are derived from its committed diagnostics.json, so they are not committed
+    themselves (about 0.3 MB a run): this redraws them, as the diagnostics notebook does."""
+    try:
+        diag = read_json(run_dir / "diagnostics.json")
+    except (ValueError, OSError) as e:
+        p.error(str(e))
+    paths = [plot_layer_curves({run_dir.name: diag}, out_dir, f"diagnostics_layers_{run_dir.name}"),
+             plot_head_heatmap(diag, out_dir, f"diagnostics_heads_{run_dir.name}")]
+    print("\n".join(f"wrote {q}" for q in paths))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m xsa.diagnostics", description=(
         "Per-layer, per-head attention diagnostics of a trained run on a fixed validation batch: "
@@ -322,10 +334,14 @@ def main(argv=None):
     p.add_argument("--batches", type=int, default=2, help="validation batches, averaged (default 2: 16 rows)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: autodetect)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    p.add_argument("--figures", default=None, metavar="DIR", help=(
+        "only draw the run's figures (PNG + SVG) into DIR from its diagnostics.json; no checkpoint needed"))
     args = p.parse_args(argv)
     run_dir = Path(args.run)
     if not run_dir.is_dir():
         p.error(f"--run: {run_dir} is not a directory")
+    if args.figures is not None:
+        return draw_from_record(p, run_dir, Path(args.figures))
     if args.batch_size < 1:
         p.error(f"--batch-size must be positive, got {args.batch_size}")
     if args.batches < 1:
