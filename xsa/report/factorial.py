@@ -14,6 +14,7 @@ from pathlib import Path
 from xsa.design import final_bpb
 from xsa.factorial import analysis as A
 from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
+from xsa.presets import scaling_params
 from xsa.report.estimates import Estimate, fact, slug
 from xsa.study import xsa_pair
 
@@ -93,6 +94,12 @@ def factorial_book(results) -> dict[str, Estimate]:
         book.update(_stability(key, A.pair_stability(results, a, b, X4_SEEDS), a, b))
     for i, lr in enumerate(RATES):  # the common rates, as the text names them
         book[f"rate_{i}"] = fact(f"rate_{i}", lr, "matrix LR", "a common matrix learning rate of the factorial study")
+    for c in CELLS:  # each cell's length and tokens per parameter, as the text names them
+        cfg = c.config()
+        book[f"{slug(c.name)}_steps"] = fact(f"{slug(c.name)}_steps", cfg.num_iterations, "steps", f"{c.preset}: steps")
+        book[f"{slug(c.name)}_tokens_per_param"] = fact(
+            f"{slug(c.name)}_tokens_per_param", cfg.num_tokens / scaling_params(cfg.model), "tokens per parameter",
+            f"{c.preset}: training tokens per block-matrix-and-head parameter (nanochat's unit)")
     runs = factorial_study().runs
     done = [r.run_id for r in runs if final_bpb(results, r) is not None]
     book["runs_declared"] = fact("runs_declared", len(runs), "runs", "the factorial study's declared runs")

@@ -31,7 +31,7 @@ from xsa.report.scale_check import KEYS as CHECK_KEYS, check_book, check_conditi
 from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, gate_table
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
-from xsa.study_scale import D12_RATE_FACTORS, SECONDARY
+from xsa.study_scale import D12_RATE_FACTORS, PRECISION_X4, SECONDARY
 
 LEVELS = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8",
           "gate at width 64", "gate at 8 heads", "width 256, 128 steps", "width 256, 384 steps")
@@ -284,6 +284,12 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
         if isinstance(e, dict) and (name.removeprefix(tag) in SLOPES.values() or "prediction" in name):
             book[book_key(name)] = _fit_estimate(name, e, est[f"{tag}fit"]["conditions"])
     book.update(check_book(results))
+    x4 = book["length_x4"]  # the precision rule's target against what its cap of seeds reached
+    book["x4_precision_target"] = fact("x4_precision_target", PRECISION_X4.half_width, "relative",
+                                       "the x4 level's registered target: its 95% interval's half-width")
+    book["x4_precision_most"] = fact("x4_precision_most", PRECISION_X4.most, "pairs", "the rule's cap on its pairs")
+    book["x4_half_width"] = fact("x4_half_width", None if x4.lo is None else (x4.hi - x4.lo) / 2, "relative",
+                                 "the half-width the x4 level's interval reached", runs=x4.runs)
     if "heterogeneity" in est:  # does the registered model fit its own conditions? (post hoc)
         h = est["heterogeneity"]
         book["model_heterogeneity_q"] = fact("model_heterogeneity_q", h["value"], "Q", "Cochran's Q of the "

@@ -7,6 +7,7 @@ that start with check_:
 - its four paired estimates (both arms at XSA's rate; the baseline's two rates; both at the
   baseline's rate; XSA's two rates), Holm-adjusted over the four;
 - each arm's SD between seeds at each rate (the spread that motivated the check);
+- the x4 level on its registered first eight seeds (the check's), before its precision rule added more;
 - the effect with each arm at whichever of its two rates has the lower mean on these seeds: selected
   and estimated on the same seeds, so optimistic, and labelled so;
 - the conditions of a sensitivity fit of the scale model with the x4 level's pairs at the common rate
@@ -82,6 +83,10 @@ def check_book(results: Path) -> dict[str, Estimate]:
             runs=tuple(arm.run(s).run_id for s in _bpb(results, arm)), reason="" if st["sd"] is not None else "not run",
             definition=f"`{arm.name}`: the SD of final val bpb between the check's seeds (210-217)")
     book["check_better_rates"] = better_rates(results, arms)
+    x4 = get_study("scale", results).comparison(REPLACED)  # its registered first eight seeds are the check's
+    book["check_x4_registered"] = replace(_paired(
+        "check_x4_registered", results, x4.a, x4.b, "length x4 at each arm's selected rate on its registered first "
+        "eight seeds (210-217), before its precision rule added seeds: relative, paired by seed"), family="registered")
     done = [r.run_id for r in study.runs if final_bpb(results, r) is not None]
     book["check_runs_declared"] = fact("check_runs_declared", len(study.runs), "runs", "runs the check trains")
     book["check_runs_done"] = fact("check_runs_done", len(done), "runs", "the check's runs with a finished record",
