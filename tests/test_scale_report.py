@@ -76,6 +76,7 @@ def test_the_fit_recovers_the_made_up_slopes_and_the_family_is_holm_adjusted(res
     assert est["T=512"]["n"] == 6 and est["T=256"]["seq_len"] == 256
     png = fig_scale(est, tmp_path, -0.0032)
     assert png.exists() and (tmp_path / "scale.svg").exists()
+    assert "d12 (10.5" not in (tmp_path / "scale.svg").read_text()  # no point drawn on an axis it is not on
 
 
 def test_the_estimates_file_binds_each_level_to_its_runs_and_counts_only_the_studys_own(results):
@@ -123,7 +124,7 @@ def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
 
 def render_section_4(results):
     """The paper's §4 rendered on the committed estimates with the scale book of `results`: (the scale
-    book, the section's text, the rendered blocks)."""
+    book, the text of §4 and of Appendix C, the scale study's further arms, the rendered blocks)."""
     from xsa.report.estimates import Book, read_estimates
     from xsa.report.writing import render, template_for
     book = {f.stem: read_estimates(f) for f in (REPO_ROOT / "results" / "estimates").glob("*.json") if f.stem != "smoke"}
@@ -134,14 +135,15 @@ def render_section_4(results):
         study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
         scale_checks={"scale-check": get_study("scale-check")}))
     text = "".join(v for k, v in blocks if k == "markdown")
-    return scale, text.split("## 4. Scale")[1].split("## 5.")[0], blocks
+    further = text.split("## Appendix C.")[1].split("## Appendix D.")[0] if "## Appendix C." in text else ""
+    return scale, text.split("## 4. Scale")[1].split("## 5.")[0] + further, blocks  # §4 and its appendix
 
 
 def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
     """With every level recorded (made up here), §4 states the d12 prediction from the estimates, its
     figure shown and referred to; before, it says the study is in progress (tests/test_paper_text.py)."""
     scale, section, blocks = render_section_4(results)
-    assert "puts the change in final validation bits per" in section and "in progress" not in section
+    assert "puts the change in final validation bits per" in section and "The study is in progress" not in section
     lo, hi = (f"{100 * x:+.2f}%" for x in (scale["prediction_d12"].lo, scale["prediction_d12"].hi))
     assert lo in section and hi in section
     assert ("figure", "scale") in blocks

@@ -191,9 +191,10 @@ def _axis(ax, est, names, x_of, fit, fixed, xlabel, seed_effect, xlim):
 
 def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale", check: Estimate | None = None):
     """XSA's effect against tokens per parameter (one head of 64) and against heads (width 128), each
-    level with its 95% interval, the model along that axis, and the d12 and d24 predictions with their
-    95% prediction intervals at their own head counts; with `check`, the x4 check's effect at a common
-    rate beside the x4 level (hollow, nudged right)."""
+    level with its 95% interval and the model along that axis; with `check`, the x4 check's effect at a
+    common rate beside the x4 level (hollow, nudged right). The fit's d12 and d24 numbers are not drawn:
+    d12 differs from these panels on every axis at once (heads, tokens per parameter, context), so no
+    axis here is where it belongs, and the model fails its heterogeneity test; the text gives them."""
     fig, axes = new_figure(ncols=2, figsize=(FULL, 3.0), sharey=True)
     left, right = axes[0]
     fit = est.get("fit")
@@ -205,12 +206,6 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale", check
                       color="C0", ms=4.5, capsize=2.5, lw=1.1, label="x4, both arms at XSA's rate (the check)")
     _axis(right, est, [n for n in LEVELS if n.startswith("heads")], lambda e: e["heads"], fit,
           lambda x: (x, 1.2), "heads at width 128 (T = 512)", seed_effect, (0.7, 20))
-    for target, marker in (("d12", "D"), ("d24", "s")):
-        p = est.get(f"prediction {target}")
-        if p:
-            right.errorbar(p["heads"], 100 * p["value"], yerr=[[100 * (p["value"] - p["lo"])], [100 * (p["hi"] - p["value"])]],
-                           fmt=marker, color="C1", ms=4.5, capsize=2.5, lw=1.1,
-                           label=f"prediction, {target} ({p['tokens_per_param']:g} tok/param, T = {p['seq_len']})")
     left.set_ylabel("XSA's change in final val bpb (%)")
     entries = {}  # a label both panels carry (the model, the seed paper) listed once
     for ax in (right, left):
