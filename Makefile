@@ -106,18 +106,22 @@ report: setup browser
 # (e.g. 8 for d24-nanochat on 80 GB) where the defaults do not fit. GPU_STUDY=d12-test tests the scale
 # study's d12 prediction instead: d12 pairs until its precision rule stops (xsa/study_scale.py).
 # GPU_STUDY, NGPU and DEVICE_BATCH reach the shell as environment variables, quoted, never as command text;
-# NGPU defaults to the GPUs nvidia-smi lists.
+# NGPU defaults to the GPUs nvidia-smi lists. The GPUs are checked first (torch's CUDA build sees NGPU of
+# them and runs on each: xsa.gpu_study --check), and every training and stage command is told
+# --device cuda, so a torch that sees no GPU (a driver older than its CUDA build) stops the recipe at
+# once, in one line, instead of training on the CPU.
 GPU_STUDY ?= gpu
 export GPU_STUDY NGPU DEVICE_BATCH
 GPU_PIPELINE := $(PY) -m xsa.pipeline --study "$$GPU_STUDY"
 gpu-study: setup
 	@n="$${NGPU:-$$(nvidia-smi -L 2>/dev/null | wc -l)}"; NGPU=$$n; $(call COUNT,NGPU); $(call COUNT_OR_EMPTY,DEVICE_BATCH); \
 	test "$$n" -ge 1 || { echo "gpu-study: no GPU visible (nvidia-smi -L lists none; set NGPU=<n>)"; exit 2; }; \
-	set -e; $(GPU_PIPELINE) --stages validation data; \
+	set -e; $(PY) -m xsa.gpu_study --study "$$GPU_STUDY" --nproc "$$n" --check; \
+	$(GPU_PIPELINE) --device cuda --stages validation data; \
 	$(PY) -m xsa.gpu_study --study "$$GPU_STUDY" --nproc "$$n" $${DEVICE_BATCH:+--device-batch-size "$$DEVICE_BATCH"}; \
 	pids=""; for k in $$(seq 0 $$((n - 1))); do \
-		echo "CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$$n"; \
-		CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --stages train evaluate diagnostics throughput --shard $$k/$$n & pids="$$pids $$!"; \
+		echo "CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --device cuda --stages train evaluate diagnostics throughput --shard $$k/$$n"; \
+		CUDA_VISIBLE_DEVICES=$$k $(GPU_PIPELINE) --device cuda --stages train evaluate diagnostics throughput --shard $$k/$$n & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0; \
 	$(GPU_PIPELINE) --stages paper
 

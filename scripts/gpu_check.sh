@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, one command, sized for one GPU (H200/H100) in at most about 9 minutes:
-#   0. prerequisites: a CUDA build of torch that sees a GPU, a C compiler and triton for
+#   0. prerequisites: a CUDA build of torch that sees a GPU and runs on it, a C compiler and triton for
 #      torch.compile, the package itself; what is missing is named and nothing else runs;
 #   1. the XSA throughput benchmark at d12 (full 2^19-token steps, 3 warm-up rounds that include
 #      compiling both arms, 20 measured ABBA rounds) plus 15 extra training steps of both arms on
@@ -50,6 +50,12 @@ if need_cuda:
         missing.append(f"a CUDA build of torch (this is {torch.__version__}, a CPU build)")
     elif not torch.cuda.is_available():
         missing.append("a visible GPU (torch.cuda.is_available() is False: driver, CUDA_VISIBLE_DEVICES?)")
+    else:  # a build without kernels for this GPU, or a driver it cannot use, fails only at the first operation
+        try:
+            torch.ones(2, device="cuda").add(1).sum().item()
+        except Exception as e:
+            why = " ".join(str(e).split())[:300]
+            missing.append(f"a torch CUDA build that runs on this GPU (a tiny operation fails: {why})")
     if importlib.util.find_spec("triton") is None:
         missing.append("triton (torch.compile's GPU kernels)")
 if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):

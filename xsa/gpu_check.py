@@ -20,9 +20,10 @@ or --out. A part that fails records its error and the next one runs. Parts:
              micro-batch), one step each in ABBA order, the optimizers timed apart: overhead,
              tokens/s, MFU against the measured and the datasheet peak, the optimizers' share
   xsa_cos    |cos(z, v)| of XSA's output and the token's value per layer, under bf16 autocast
-  resume     through the project's checkpoint code: save, run on, load, run the same steps again; the
-             weights must agree within 1% of how far the steps moved them, and a copy resumed with
-             its optimizer state dropped must miss that tolerance (the check can fail)
+  resume     through the project's checkpoint code: save, run on, load, run the same steps again, twice;
+             the two resumes' spread (each tensor's in units of how far the steps moved it) is the noise
+             floor, and the resume must agree with the uninterrupted run within 5 times it (at least
+             1e-4), while a copy resumed with its optimizer state dropped must miss that (it can fail)
   memory     peak memory of one compiled training step at the presets' device batches (d12 at 32
              rows, d24-nanochat at 16 and 8)
   decode     ChatCORE's greedy decoding: 32 questions of 40-200 tokens, 64 tokens each, one at a
@@ -37,9 +38,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
+import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,6 +51,50 @@ import torch
 from xsa.common import autodetect_device
 from xsa.gpu_parts import PARTS, Check
 from xsa.records import REPO_ROOT, provenance
+
+
+def compiler_problems() -> list[str]:
+    """What torch.compile lacks here: triton (its GPU kernels) and a C compiler (its wrappers)."""
+    problems = []
+    if importlib.util.find_spec("triton") is None:
+        problems.append("triton is not installed (torch.compile's GPU kernels)")
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        problems.append("no C compiler (torch.compile builds its wrappers with one)")
+    return problems
+
+
+def tiny_op(device: str) -> None:
+    """One small operation on `device`: a build without kernels for this GPU fails only here."""
+    torch.ones(2, device=device).add(1).sum().item()
+
+
+def cuda_problems(nproc: int | None = None) -> list[str]:
+    """What stops training on this machine's GPUs, one sentence each (an empty list: nothing). torch
+    falls back to the CPU without a word where it sees no GPU (a driver older than its CUDA build, say),
+    so this runs before any GPU work: a CUDA build, a GPU it sees, `nproc` of them where asked, a tiny
+    operation on each, and what torch.compile needs."""
+    build = f"torch {torch.__version__} (CUDA {torch.version.cuda})"
+    if torch.version.cuda is None:
+        return [f"torch {torch.__version__} is a CPU build, without CUDA", *compiler_problems()]
+    with warnings.catch_warnings(record=True) as said:  # torch only warns why it sees no GPU: keep its words
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+    if not available:
+        # torch's words up to its advice (a download address), so the refusal stays one short line
+        why = " ".join(str(w.message) for w in said if "CUDA" in str(w.message)).split(". Please")[0]
+        why = " ".join(why.split()) or ("the NVIDIA driver is missing or older than this build needs, "
+                                        "or CUDA_VISIBLE_DEVICES hides the GPUs")
+        return [f"{build} sees no GPU: {why}", *compiler_problems()]
+    problems, seen = [], torch.cuda.device_count()
+    if nproc is not None and seen != nproc:
+        problems.append(f"{build} sees {seen} GPU(s), {nproc} asked for (NGPU, --nproc; CUDA_VISIBLE_DEVICES "
+                        f"chooses which it sees)")
+    for i in range(seen):
+        try:
+            tiny_op(f"cuda:{i}")
+        except Exception as e:  # a kernel image missing for this GPU, a driver error: named, not raised
+            problems.append(f"{build} cannot run on cuda:{i}: " + " ".join(str(e).split())[:300])
+    return problems + compiler_problems()
 
 
 def run_check(*, dry: bool, out: Path, batch: int | None = None, rounds: int | None = None,
@@ -111,9 +159,10 @@ def main(argv=None):
                    help="rows of 2048 tokens in the compile, steps and precision parts (default 8; dry: 4)")
     p.add_argument("--rounds", type=_positive, default=None, help="ABBA rounds (default 10; dry: 4)")
     args = p.parse_args(argv)
-    if not args.dry and not torch.cuda.is_available():
-        p.exit(2, f"{p.prog}: error: --quick needs a visible CUDA GPU (torch {torch.__version__}, "
-                  f"CUDA {torch.version.cuda}); --dry runs the parts on a CPU\n")
+    problems = [] if args.dry else cuda_problems()
+    if problems:
+        p.exit(2, f"{p.prog}: error: --quick needs a GPU torch can run on: {'; '.join(problems)} "
+                  "(--dry runs the parts on a CPU)\n")
     out = _out_path(args, p)
     rec = run_check(dry=args.dry, out=out, batch=args.batch, rounds=args.rounds)
     sys.exit(0 if rec["ok"] else 1)

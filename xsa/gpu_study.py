@@ -4,6 +4,7 @@ Train a study's runs on one GPU node, one run at a time over every GPU with torc
 
     python -m xsa.gpu_study --study gpu [--nproc 8] [--device-batch-size B] [--print]
     python -m xsa.gpu_study --study d12-test      # the scale study's d12 prediction, tested (adaptive)
+    python -m xsa.gpu_study --nproc 8 --check     # the prerequisites alone (make gpu-study runs it first)
 
 Each run trains into its own folder, results/runs/<run id>, under the study's run id and config,
 so the pipeline's train stage then finds it done and skips it; a run stopped part-way resumes
@@ -11,6 +12,11 @@ from its checkpoint (`--resume`), a finished one is left alone. The runs are tra
 study's order; a failing run stops the loop (rerun to resume). `--print` prints the commands
 instead of running them. An adaptive study (d12-test: pairs under a precision rule) is passed
 over until its rules declare no run that is not trained.
+
+Before any run, the GPUs are checked (xsa.gpu_check.cuda_problems: a CUDA build of torch that sees
+--nproc GPUs and runs on each), and every run is launched with `--device cuda`: where torch sees no
+GPU (a driver older than its CUDA build, say) the command stops at once with one line naming why,
+instead of torchrun training CPU ranks for days.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import sys
 
 import torch
 
+from xsa.gpu_check import cuda_problems
 from xsa.layout import default_layout
 from xsa.runlog import finished_summary
 from xsa.spec import format_value
@@ -42,7 +49,7 @@ def commands(study, nproc: int, device_batch_size: int | None = None) -> list[li
         if finished_summary(folder, run.config()) is not None:
             continue
         cmd = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "xsa.train", *train_args(run),
-               "--out", str(folder), "--no-progress"]
+               "--out", str(folder), "--device", "cuda", "--no-progress"]
         if (folder / "config.json").exists():
             cmd.append("--resume")
         if device_batch_size:
@@ -58,15 +65,26 @@ def main(argv=None) -> int:
     p.add_argument("--nproc", type=int, default=None, help="GPUs per run (default: every visible GPU)")
     p.add_argument("--device-batch-size", type=int, default=None,
                    help="rows per micro-batch (default: each preset's); recorded in provenance, not the run id")
-    p.add_argument("--print", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--print", action="store_true", help="print the commands, run nothing (no GPU check)")
+    p.add_argument("--check", action="store_true",
+                   help="check the GPUs only (torch's CUDA build sees --nproc of them and runs on each) and exit")
     args = p.parse_args(argv)
+    if args.nproc is not None and args.nproc < 1:
+        p.error(f"--nproc must be a positive integer, got {args.nproc}")
+    if args.device_batch_size is not None and args.device_batch_size < 1:
+        p.error(f"--device-batch-size must be a positive integer, got {args.device_batch_size}")
+    problems = [] if args.print else cuda_problems(args.nproc)
+    if problems:  # one line, before any work: never a run that falls back to the CPU
+        p.exit(2, f"{p.prog}: error: cannot train on the GPU: {'; '.join(problems)}\n")
+    if args.check:
+        print(f"{p.prog}: GPUs ok: torch {torch.__version__} (CUDA {torch.version.cuda}), "
+              f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}", flush=True)
+        return 0
     nproc = args.nproc
     if nproc is None:
         nproc = torch.cuda.device_count()
     if nproc < 1:
         p.error("--nproc: no GPU visible (pass --nproc N, or run on the GPU node)")
-    if args.device_batch_size is not None and args.device_batch_size < 1:
-        p.error(f"--device-batch-size must be a positive integer, got {args.device_batch_size}")
     # an adaptive study (d12-test) declares more runs as its records land: pass over it until it
     # declares none that are not trained; --print shows the first pass only
     while True:

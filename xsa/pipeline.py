@@ -30,6 +30,10 @@ validation data), and the paper after every shard has finished (--stages paper).
 The paper stage builds only from a whole record set (xsa/report/integrity.py): a damaged or
 missing record stops it before it writes; `--leave-out RUN_ID ...` leaves runs out on purpose,
 and the paper names them.
+
+`--device cuda` (make gpu-study passes it) checks before any stage that the stages will find that
+device: the notebooks pick theirs by auto-detection, in this same environment, and would otherwise
+fall back to the CPU without a word where torch sees no GPU (a driver older than its CUDA build).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+from xsa.common import autodetect_device
 from xsa.data import ensure_data
 from xsa.data.climbmix import tokens_read
 from xsa.jobs import (STAGES, Context, Job, StageError, config_changes, is_done, jobs_for, prepare_train, recorded_config,
@@ -250,11 +255,26 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
+def check_device(device: str) -> None:
+    """Stop before any stage unless this machine has `device` (ValueError, one line): for CUDA, a GPU
+    torch sees and can run on, with what torch.compile needs (xsa.gpu_check.cuda_problems), not merely
+    a CUDA build."""
+    if device.startswith("cuda"):
+        from xsa.gpu_check import cuda_problems  # lazy: start-up time (its parts import the evaluations)
+        problems = cuda_problems()
+        if problems:
+            raise ValueError(f"--device {device}: {'; '.join(problems)}")
+    autodetect_device(device)  # a name that is no device, or an MPS this machine lacks
+
+
 def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
-                 force: bool = False, shard: str = "0/1", leave_out=(), interim: bool = False) -> dict:
+                 force: bool = False, shard: str = "0/1", leave_out=(), interim: bool = False,
+                 device: str | None = None) -> dict:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise StageError(f"stages: unknown stage {unknown[0]!r} (choose from {', '.join(STAGES)})")
+    if device:
+        check_device(device)
     layout = Layout(Path(results).resolve(), Path(paper).resolve(), study)
     ctx = Context(get_study(study, layout.results), layout, Path(notebooks or REPO_ROOT / "notebooks").resolve(),
                   force, parse_shard(shard), tuple(leave_out or ()), interim)
@@ -305,6 +325,9 @@ def main(argv=None) -> int:
                    help="paper stage: build while the robustness study still trains (its runs without a "
                         "record are allowed, and its open rows say interim); by default every declared run "
                         "must be whole")
+    p.add_argument("--device", default=None, metavar="DEVICE",
+                   help="the device the stages must find (cpu, cuda, cuda:N, mps), checked before any stage; "
+                        "the notebooks auto-detect it (default: no check)")
     p.add_argument("--compact-records", nargs="+", metavar="FOLDER", default=None,
                    help="rewrite the executed notebooks under these folders as the pipeline now keeps them "
                         "(progress bars at their last state, a per-run stage without images) and exit")
@@ -330,7 +353,7 @@ def main(argv=None) -> int:
         return 0 if done == len(study.runs) else 3
     try:
         run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard,
-                     args.leave_out, args.interim)
+                     args.leave_out, args.interim, args.device)
     except (StageError, ValueError, OSError) as e:  # an OSError (a full disk) names its file
         print(f"pipeline stopped: {e}", file=sys.stderr)
         return 1
