@@ -1,9 +1,13 @@
 """Every record the paper reads matches the schema of its kind (xsa/report/schemas.py): each committed
 record passes, and a planted bad value of each kind is refused naming its file and field, never in a
-traceback; the paper stage's record check (integrity.py) reports the same problems and stops."""
+traceback; the paper stage's record check (integrity.py) reports the same problems and stops. The GPU
+quick check's record is checked on one its writer wrote (tests/data/gpu_quick_check_dry.json, from
+`python -m xsa.gpu_check --quick --dry`), the archive manifest on xsa/archive.sha256."""
 
 import fnmatch
+import hashlib
 import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,18 +16,24 @@ import pytest
 
 from xsa import report
 from xsa.records import REPO_ROOT
-from xsa.report import schemas
-from xsa.report.integrity import validate
+from xsa.report import integrity, schemas
+from xsa.report.integrity import archive_problems, validate
 from xsa.studies import get_study
 
 # where each kind of record is committed (an archived study's runs are run records too)
 COMMITTED = {"summary": ("results/runs/*/summary.json", "results/archive/*/runs/*/summary.json"),
              "provenance": ("results/runs/*/provenance.json", "results/archive/*/runs/*/provenance.json"),
              "throughput": ("results/throughput/*.json",),
-             "estimates": ("results/estimates/*.json",)}
+             "estimates": ("results/estimates/*.json",),
+             "eval": ("results/runs/*/eval.json", "results/chat_check/*.json"),  # CORE; ChatCORE
+             "diagnostics": ("results/runs/*/diagnostics.json",)}
 RUN = "cpu-w64-d4_xsa1_s3"  # a scored run of the default study's primary comparison
+CHAT = "results/chat_check/cpu-w64-d4_base_s0.json"  # the committed ChatCORE record (with its SFT)
 SOURCES = {"summary": f"results/runs/{RUN}/summary.json", "provenance": f"results/runs/{RUN}/provenance.json",
-           "throughput": "results/throughput/cpu-w64-d4.json", "estimates": "results/estimates/robust.json"}
+           "throughput": "results/throughput/cpu-w64-d4.json", "estimates": "results/estimates/robust.json",
+           "eval": f"results/runs/{RUN}/eval.json", "chat": CHAT, "diagnostics": f"results/runs/{RUN}/diagnostics.json",
+           "gpu_check": "tests/data/gpu_quick_check_dry.json"}
+KIND = {"chat": "eval"}  # a source's kind, where its name is not one
 BIG = "9" * 300  # a 300-digit number
 
 
@@ -41,7 +51,7 @@ def test_the_schemas_are_json_schemas():
 @pytest.mark.parametrize("kind", sorted(COMMITTED))
 def test_every_committed_record_of_each_kind_passes(kind):
     files = committed(kind)
-    assert len(files) >= (100 if kind in ("summary", "provenance") else 4), files  # the walk found them
+    assert len(files) >= {"summary": 100, "provenance": 100, "diagnostics": 100, "eval": 40}.get(kind, 4), files
     assert [p for f in files for p in schemas.check_file(kind, REPO_ROOT / f)] == []
 
 
@@ -52,6 +62,58 @@ def test_a_field_a_writer_leaves_null_passes():
     summary = json.loads((REPO_ROOT / SOURCES["summary"]).read_text())
     summary.update(tok_per_s=None, mfu=None, learned_gates=None, train_loss_final=None, new_field={"x": 1})
     assert schemas.problems("summary", summary, "summary.json") == []
+    ev = json.loads((REPO_ROOT / SOURCES["eval"]).read_text())  # a language-modelling task has no margin
+    ev.update(core_margin_bpb=None, core_bpb=None)
+    ev["tasks"]["arc_easy"].update(margin_bpb=None, correct_bpb=None)
+    ev["core_detail"].update(max_per_task=None, trained={"step": None, "num_iterations": None, "complete": False})
+    assert schemas.problems("eval", ev, "eval.json") == []
+    chat = json.loads((REPO_ROOT / CHAT).read_text())  # a ChatCORE record alone, as evaluate_run_chat writes one
+    assert "core" not in chat and schemas.problems("eval", chat, "eval.json") == []
+
+
+def gpu_record() -> dict:
+    """The dry record as a GPU writes it: the GPU's memory and capability, CUDA and triton versions, peak
+    memory in bytes (or out of memory), the datasheet's peak, a part that raised, parts that found NaN."""
+    rec = json.loads((REPO_ROOT / SOURCES["gpu_check"]).read_text())
+    parts = rec["parts"]
+    parts["versions"].update(cuda="12.8", triton="3.5.0", gpu_memory_bytes=150_000_000_000, capability="9.0",
+                             device="NVIDIA H200", device_type="cuda", datasheet_peak_flops=989e12)
+    parts["timing"].update(baseline_mfu_datasheet=0.31, xsa_mfu_datasheet=0.3, timer="CUDA events")
+    parts["memory"] = {"ok": True, "seconds": 40.2, "peak_mem_bytes": {"d12@32": 61_000_000_000,
+                                                                        "d24-nanochat@16": "out of memory"}}
+    parts["resume"].update(lost_state_diff=math.inf)  # a tensor the steps did not move, moved without its state
+    # what a failing check finds is recorded as found: a NaN loss, a NaN cosine (its part's ok is false)
+    parts["steps"].update(ok=False, losses=[2.8, math.nan, math.inf, math.nan])
+    parts["precision"].update(ok=False, loss_bf16=math.nan, loss_diff=math.nan, grad_cos_min=math.nan)
+    parts["sdpa"] = {"ok": False, "error": "RuntimeError: no kernel", "traceback": "Traceback ...", "seconds": 0.1}
+    return rec
+
+
+def test_the_gpu_quick_checks_record_passes_as_its_writer_writes_it(tmp_path):
+    assert schemas.check_file("gpu_check", REPO_ROOT / SOURCES["gpu_check"]) == []  # the dry mode's, as written
+    path = tmp_path / "quick.json"
+    path.write_text(json.dumps(gpu_record()))  # Infinity, as the writer (allow_nan) writes it
+    assert schemas.check_file("gpu_check", path) == []
+
+
+def test_the_archive_manifest_passes_and_a_damaged_line_is_named(tmp_path):
+    assert schemas.manifest_problems() == []  # xsa/archive.sha256 as committed
+    lines = schemas.MANIFEST.read_text().splitlines()
+    lines[0] = lines[0][:60] + lines[0][64:]  # a sha256 four digits short
+    lines[1] = lines[1].replace("  ", " ", 1)  # one space: no path
+    lines[2] = lines[2].replace("summary.json", "model.pt")
+    lines[4] = lines[3]  # a path listed twice
+    path = tmp_path / "archive.sha256"
+    path.write_text("\n".join(lines) + "\n")
+    found = schemas.manifest_problems(path)
+    for expected in ("1: sha256: '512a9e6e", "is not a 64-hex sha256", "2: path: '' is not a path <commit>/runs/",
+                     "3: path: '30bc3ae/runs/cpu-d4_adamw_base_s0/model.pt' is not a path",
+                     "5: path: '30bc3ae/runs/cpu-d4_adamw_base_s1/config.json' is listed twice (first on line 4)"):
+        assert any(p.startswith(f"{path}:") and expected in p for p in found), (expected, found)
+    assert len(found) == 5, found  # line 2: neither its sha256 nor its path
+    path.write_text("")
+    assert schemas.manifest_problems(path) == [f"{path}: empty (it declares no archive)"]
+    assert schemas.manifest_problems(tmp_path / "gone") == [f"{tmp_path / 'gone'}: missing"]
 
 
 def planted(tmp_path, kind: str, edit) -> Path:
@@ -105,11 +167,82 @@ BAD = [  # (kind, edit, the field and what is wrong with it)
 ]
 
 
+def task(label: str, **change):
+    return lambda r: r["tasks"][label].update(change)
+
+
+def layer(i: int, **change):
+    return lambda r: r["layers"][i].update(change)
+
+
+def gpu(part_name: str, **change):
+    return lambda r: r["parts"][part_name].update(change)
+
+
+def first_head(metric: str, value):
+    return lambda r: r["layers"][0]["heads"][metric].__setitem__(0, value)
+
+
+BAD += [  # the records of the evaluation, diagnostics and GPU check stages
+    ("eval", lambda r: r.update(core=float("nan")), "core: nan is not finite"),
+    ("eval", lambda r: r.update(core="0.01"), "core: '0.01' is not of type 'number'"),
+    ("eval", task("arc_easy", accuracy=1.5), "tasks.arc_easy.accuracy: 1.5 is greater than the maximum of 1"),
+    ("eval", task("arc_easy", accuracy=-0.25), "tasks.arc_easy.accuracy: -0.25 is less than the minimum of 0"),
+    ("eval", task("arc_easy", centered=1.2), "tasks.arc_easy.centered: 1.2 is greater than the maximum of 1"),
+    ("eval", task("arc_easy", n="200"), "tasks.arc_easy.n: '200' is not of type 'integer'"),
+    ("eval", task("arc_easy", correct_bpb=-2.5), "tasks.arc_easy.correct_bpb: -2.5 is less than or equal to the minimum"),
+    ("eval", lambda r: r.update(core_bpb=45.0), "core_bpb: 45.0 is greater than or equal to the maximum of 20"),
+    ("eval", lambda r: r.update(core_bpb=-3.0), "core_bpb: -3.0 is less than or equal to the minimum of 0"),
+    ("eval", lambda r: r.update(core=0.5), "core: 0.5 is not the mean centered accuracy of its tasks"),
+    ("eval", lambda r: r.pop("core_detail"), "'core_detail' is a dependency of 'core'"),
+    ("eval", lambda r: r.pop("tasks"), "'tasks' is a dependency of 'core'"),
+    ("eval", lambda r: r.pop("core"), "holds none of 'core' and 'chatcore'"),
+    ("eval", lambda r: r["core_detail"]["provenance"].update(cpu_time_s=-5.0),
+     "core_detail.provenance.cpu_time_s: -5.0 is less than the minimum of 0"),
+    ("eval", lambda r: r["core_detail"].update(max_len=0), "core_detail.max_len: 0 is less than the minimum of 1"),
+    ("chat", lambda r: r.update(chatcore=float("inf")), "chatcore: inf is not finite"),
+    ("chat", lambda r: r.update(chatcore=0.9), "chatcore: 0.9 is not the mean centered accuracy of its chat_tasks"),
+    ("chat", lambda r: r["chat_tasks"]["GSM8K"].update(accuracy=float("nan")), "chat_tasks.GSM8K.accuracy: nan is not finite"),
+    ("chat", lambda r: r.pop("chat_detail"), "'chat_detail' is a dependency of 'chatcore'"),
+    ("chat", lambda r: r["sft"].update(wall_time_s=-1.0), "sft.wall_time_s: -1.0 is less than the minimum of 0"),
+    ("chat", lambda r: r["sft"].update(row_fill=1.3), "sft.row_fill: 1.3 is greater than the maximum of 1"),
+    ("chat", lambda r: r["sft"].update(heldout_loss_after="low"), "sft.heldout_loss_after: 'low' is not of type 'number'"),
+    ("diagnostics", layer(1, cos_z_v=1.5), "layers.1.cos_z_v: 1.5 is greater than the maximum of 1"),
+    ("diagnostics", first_head("cos_y_v", -1.2), "layers.0.heads.cos_y_v.0: -1.2 is less than the minimum of -1"),
+    ("diagnostics", layer(0, entropy=-0.1), "layers.0.entropy: -0.1 is less than the minimum of 0"),
+    ("diagnostics", layer(0, diag_mass=float("nan")), "layers.0.diag_mass: nan is not finite"),
+    ("diagnostics", layer(2, diag_mass=1.7), "layers.2.diag_mass: 1.7 is greater than the maximum of 1"),
+    ("diagnostics", layer(2, diag_mass=0.3), "layers.2.diag_mass: 0.3 is not the mean of its heads"),
+    ("diagnostics", first_head("entropy", 9.0), "layers.0.heads.entropy.0: 9.0 nats is above ln 512"),
+    ("diagnostics", layer(3, layer="3"), "layers.3.layer: '3' is not of type 'integer'"),
+    ("diagnostics", lambda r: r.pop("layers"), "'layers' is a required property"),
+    ("diagnostics", lambda r: r.update(layers=[]), "layers: [] should be non-empty"),
+    ("diagnostics", lambda r: r["provenance"].update(wall_time_s=-1.0), "provenance.wall_time_s: -1.0 is less than"),
+    ("diagnostics", lambda r: r["batch"].update(seq_len=0), "batch.seq_len: 0 is less than the minimum of 1"),
+    ("gpu_check", gpu("precision", grad_cos_min=1.5), "parts.precision.grad_cos_min: 1.5 is greater than the maximum of 1"),
+    ("gpu_check", gpu("timing", xsa_step_s=-0.1), "parts.timing.xsa_step_s: -0.1 is less than the minimum of 0"),
+    ("gpu_check", gpu("timing", baseline_optimizer_share=1.5), "parts.timing.baseline_optimizer_share: 1.5 is greater"),
+    ("gpu_check", gpu("compile", first_step_s=float("nan")), "parts.compile.first_step_s: nan is not finite"),
+    ("gpu_check", gpu("compile", params=12.5), "parts.compile.params: 12.5 is not of type 'integer'"),
+    ("gpu_check", gpu("xsa_cos", mean_abs_cos_per_layer=[0.5, 0.0002]),
+     "parts.xsa_cos.mean_abs_cos_per_layer.0: 0.5 is above the layer's maximum"),
+    ("gpu_check", gpu("memory", peak_mem_bytes={"d12@32": -5}), "parts.memory.peak_mem_bytes.d12@32: -5 is less than"),
+    ("gpu_check", gpu("memory", peak_mem_bytes={"d12@32": "lots"}), "'lots' is neither a byte count nor 'out of memory'"),
+    ("gpu_check", gpu("resume", lost_state_diff=-0.5), "parts.resume.lost_state_diff: -0.5 is less than the minimum of 0"),
+    ("gpu_check", gpu("precision", per_matrix={"lm_head.weight": -1.01}), "parts.precision.per_matrix.lm_head.weight: -1.01"),
+    ("gpu_check", gpu("decode", replies_agree=2.0), "parts.decode.replies_agree: 2.0 is greater than the maximum of 1"),
+    ("gpu_check", gpu("steps", ok="yes"), "parts.steps.ok: 'yes' is not of type 'boolean'"),
+    ("gpu_check", lambda r: r["parts"]["sdpa"].pop("seconds"), "parts.sdpa: 'seconds' is a required property"),
+    ("gpu_check", lambda r: r.pop("parts"), "'parts' is a required property"),
+    ("gpu_check", lambda r: r.update(elapsed_s="<BIG>"), ("elapsed_s: 9999", "is greater than the maximum of 1000")),
+]
+
+
 @pytest.mark.parametrize("kind, edit, expected", BAD, ids=[f"{k}-{e if isinstance(e, str) else e[0]}"[:50]
                                                           for k, _, e in BAD])
 def test_a_planted_bad_value_is_refused_naming_its_file_and_field(tmp_path, kind, edit, expected):
     path = planted(tmp_path, kind, edit)
-    found = schemas.check_file(kind, path)  # a list, never a traceback
+    found = schemas.check_file(KIND.get(kind, kind), path)  # a list, never a traceback
     assert found and all(p.startswith(f"{path}: ") for p in found), found
     parts = (expected,) if isinstance(expected, str) else expected
     assert any(all(x in p for x in parts) for p in found), found
@@ -152,6 +285,10 @@ DAMAGES = [  # (file under results/, edit, what the paper stage must say about i
      "overhead_ci95: [0.02062966574967114, 0.0036478451153427738] is reversed"),
     ("throughput/cpu-w64-d4.json", lambda r: r["arms"]["xsa"].update(tok_per_s="fast"), "arms.xsa.tok_per_s: 'fast'"),
     ("estimates/gpu.json", lambda r: r.update(GPU_ESTIMATES), "estimates.0.p: 1.5 is greater than the maximum of 1"),
+    (f"runs/{RUN}/eval.json", task("arc_easy", accuracy=1.5), "tasks.arc_easy.accuracy: 1.5 is greater than the maximum"),
+    (f"runs/{RUN}/eval.json", lambda r: r.update(core=0.5), "core: 0.5 is not the mean centered accuracy of its tasks"),
+    (f"runs/{RUN}/diagnostics.json", layer(1, cos_z_v=-1.5), "layers.1.cos_z_v: -1.5 is less than the minimum of -1"),
+    (f"runs/{RUN}/diagnostics.json", lambda r: r.update(layers=[]), "layers: [] should be non-empty"),
 ]
 
 
@@ -169,3 +306,27 @@ def test_the_paper_stage_refuses_a_record_its_schema_refuses(results, rel, edit,
     finally:  # the shared copy is whole again for the next test
         path.write_bytes(before) if before is not None else path.unlink()
     assert any(line.strip().startswith(f"{path}: ") and expected in line for line in str(e.value).splitlines()), e.value
+
+
+def test_the_paper_stage_checks_the_archive_manifest_and_the_archived_records(results, tmp_path, monkeypatch):
+    """The robustness table's archived rows: a damaged manifest line is named; an archived record that
+    matches its manifest line (the record and its line changed together) is still checked by value."""
+    damaged = tmp_path / "archive.sha256"
+    damaged.write_text(schemas.MANIFEST.read_text().replace("  ", " ", 1))
+    monkeypatch.setattr(integrity, "MANIFEST", damaged)
+    assert f"{damaged}:1: path: '' is not a path <commit>/runs/" in "\n".join(archive_problems(STUDY, results))
+    monkeypatch.undo()
+    rel = "runs/cpu-d8_base_s1/summary.json"
+    path = results / "archive" / "30bc3ae" / rel
+    before = path.read_bytes()
+    record = json.loads(before)
+    record.update(cpu_time_s=-3.0)
+    path.write_text(json.dumps(record))
+    real = integrity.manifest
+    monkeypatch.setattr(integrity, "manifest", lambda commit: {**real(commit),
+                                                               rel: hashlib.sha256(path.read_bytes()).hexdigest()})
+    try:
+        found = archive_problems(STUDY, results)
+    finally:
+        path.write_bytes(before)
+    assert found == [f"{path}: cpu_time_s: -3.0 is less than the minimum of 0"], found

@@ -14,8 +14,10 @@ paper stage first checks every run the study declares:
 - metrics.jsonl holds the evaluation of every scheduled step (0, every eval_every, the horizon): a
   log with evaluations removed would average a curve over fewer seeds under the old n;
 - provenance.json is there and of this config;
-- summary.json, provenance.json, the throughput records and the estimates files each match the
-  schema of their kind (xsa/report/schemas.py: a negative CPU time, a p above 1, a reversed interval);
+- summary.json, provenance.json, eval.json, diagnostics.json, the throughput records, the estimates
+  files, the archived runs' records and the archive manifest each match the schema of their kind
+  (xsa/report/schemas.py: a negative CPU time, a p above 1, a reversed interval, an accuracy above 1,
+  a cosine outside [-1, 1]);
 - every run the study scores has a complete CORE record (eval.json: all tasks, a finite CORE);
 - diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values;
 - eval.json and diagnostics.json are bound to the run: the run id they record (where they do), the
@@ -40,7 +42,7 @@ import json
 import math
 from pathlib import Path
 
-from xsa.archive import ARCHIVE, manifest
+from xsa.archive import ARCHIVE, MANIFEST, manifest
 from xsa.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
 from xsa.records import read_json, sha256_file
 from xsa.studies import ADAPTIVE, get_study
@@ -177,6 +179,7 @@ def _bindings(run, run_dir: Path, summary, config, problems: list, scored: bool,
                                                detail.get("weights_sha256"), hashes, trained)
             if (bad := _non_finite(ev)) is not None:
                 problems.append(f"{e}: {bad} is not finite")
+            problems += schemas.problems("eval", ev, e)
             if scored:
                 problems += _core_problems(e, ev)
     d = run_dir / "diagnostics.json"
@@ -184,8 +187,7 @@ def _bindings(run, run_dir: Path, summary, config, problems: list, scored: bool,
         return
     diag = _json(d, problems)  # the diagnostics stage runs for every run
     if diag is not None:
-        if not diag.get("layers"):
-            problems.append(f"{d}: no per-layer diagnostics")
+        problems += schemas.problems("diagnostics", diag, d)  # its per-layer values among them
         problems += bound_problems(d, run.run_id, diag, diag.get("run"), diag.get("provenance"),
                                    diag.get("weights_sha256"), hashes, trained)
 
@@ -280,7 +282,7 @@ def throughput_problems(study, results_dir) -> list[str]:
 def archive_problems(study, results_dir) -> list[str]:
     """The archived studies the robustness table carries: each file as xsa/archive.sha256 records it
     (a changed, NaN or missing record would change a row), and no run folder it does not list."""
-    problems = []
+    problems = schemas.manifest_problems(MANIFEST) if study.archived else []
     for a in study.archived:
         root, wanted = Path(results_dir) / ARCHIVE / a.commit, manifest(a.commit)
         if not root.is_dir():
@@ -291,6 +293,8 @@ def archive_problems(study, results_dir) -> list[str]:
                 problems.append(f"{root / rel}: missing (python -m xsa.archive --commit {a.commit} restores it)")
             elif sha256_file(root / rel) != digest:
                 problems.append(f"{root / rel}: not the bytes {a.commit} holds (its sha256 differs from the manifest)")
+            elif (kind := Path(rel).stem) in ("summary", "provenance"):  # the values the robustness table reads
+                problems += schemas.check_file(kind, root / rel)
         runs = {rel.split("/")[1] for rel in wanted}
         problems += [f"{d}: not a run of the archive of {a.commit}" for d in sorted((root / "runs").glob("*"))
                      if d.name not in runs]

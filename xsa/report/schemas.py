@@ -5,20 +5,27 @@ The integrity checks (integrity.py) ask whether a record set is whole and of one
 whether each value in a record is of its kind: a negative CPU time, a 300-digit wall time, a string
 val bpb, a p above 1 would otherwise be printed in a table as it is (or end the build in a raw
 TypeError). The schemas are data, written from the committed records and the code that writes them
-(xsa/train.py, xsa/records.py, xsa/throughput.py, xsa/against.py, xsa/report/estimates.py):
+(xsa/train.py, xsa/records.py, xsa/throughput.py, xsa/against.py, xsa/report/estimates.py, xsa/evaluate/,
+xsa/diagnostics.py, xsa/gpu_parts.py, xsa/archive.py):
 
-- summary:    a run's summary.json
-- provenance: a run's provenance.json (and the provenance inside a throughput record)
-- throughput: results/throughput/*.json (the overhead measurement and the comparison with nanochat)
-- estimates:  results/estimates/<study>.json
+- summary:     a run's summary.json
+- provenance:  a run's provenance.json (and the provenance inside every other record)
+- throughput:  results/throughput/*.json (the overhead measurement and the comparison with nanochat)
+- estimates:   results/estimates/<study>.json
+- eval:        a run's eval.json (CORE and ChatCORE, xsa/evaluate/run.py; results/chat_check/*.json too)
+- diagnostics: a run's diagnostics.json (xsa/diagnostics.py)
+- gpu_check:   the GPU quick check's record (results/gpu/quick-*.json, xsa/gpu_check.py, xsa/gpu_parts.py)
+- archive:     one line of the archive manifest (xsa/archive.sha256, read whole by manifest_problems)
 
 Every schema allows fields it does not name (records gain fields over time) and a field that is
 absent (a record older than the field). Each problem names the file and the field:
 
     results/runs/X/summary.json: cpu_time_s: -3.0 is less than the minimum of 0
 
-JSON Schema compares a value with constants only, so the intervals (lo <= hi) are checked beside it
-(`interval_problems`); it also lets NaN pass every bound (NaN < 0 is false), hence the `finite` keyword.
+JSON Schema compares a value with constants only, so what relates two values of a record is checked
+beside it (`interval_problems`, xsa/report/relations.py): an interval's lo <= hi, a CORE score that is
+the mean of its tasks, a layer's diagnostic that is the mean of its heads. It also lets NaN pass every
+bound (NaN < 0 is false), hence the `finite` keyword.
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ import math
 from pathlib import Path
 
 from jsonschema import Draft202012Validator, ValidationError, validators
+
+from xsa.archive import FILES, MANIFEST
+from xsa.report.relations import RELATIONS
 
 MAX_SECONDS = 1e8  # three years: a longer time is a damaged record, not a slow run
 
@@ -72,8 +82,10 @@ def pair(items: dict) -> dict:
 PATTERNS = {"^[0-9a-f]{16}$": "a 16-hex config hash", "^[0-9a-f]{40}$": "a 40-hex git commit",
             "^[0-9a-f]{64}$": "a 64-hex sha256",
             r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?"
-            r"(Z|[+-]\d{2}:\d{2})?)?$": "an ISO date (2026-12-02 or 2026-12-02T07:55:27+00:00)"}
-HEX16, HEX40, HEX64, ISO_DATE = (text(pattern=p) for p in PATTERNS)
+            r"(Z|[+-]\d{2}:\d{2})?)?$": "an ISO date (2026-12-02 or 2026-12-02T07:55:27+00:00)",
+            "^[0-9a-f]{7,40}/runs/[^/]+/(" + "|".join(f.replace(".", r"\.") for f in FILES) + ")$":
+                "a path <commit>/runs/<run id>/{" + ",".join(FILES) + "}"}
+HEX16, HEX40, HEX64, ISO_DATE, ARCHIVED_PATH = (text(pattern=p) for p in PATTERNS)
 
 SECONDS = number(minimum=0, maximum=MAX_SECONDS)
 COUNT = integer(minimum=0)
@@ -182,35 +194,130 @@ ESTIMATE = {  # one xsa.report.estimates.Estimate
 ESTIMATES = {"type": "object", "required": ["estimates"],
              "properties": {"study": text(), "estimates": array(ESTIMATE)}}
 
-SCHEMAS = {"summary": SUMMARY, "provenance": PROVENANCE, "throughput": THROUGHPUT, "estimates": ESTIMATES}
+# -- the records of the evaluation, diagnostics and GPU check stages, and the archive's manifest
+
+BPB = number(exclusiveMinimum=0, exclusiveMaximum=20)  # bits per byte, as val_bpb
+MARGIN_BPB = number(exclusiveMinimum=-20, exclusiveMaximum=20)  # one bpb less another
+SHARE = number(minimum=0, maximum=1)  # an accuracy, an attention mass, a share of a step
+CENTERED = number(maximum=1)  # (accuracy - chance) / (1 - chance): 1 at best, below 0 under chance
+COSINE = number(minimum=-1, maximum=1)
+NATS = number(minimum=0)  # a cross-entropy or an entropy
+POSITIVE = integer(minimum=1)
+
+
+def obj(properties: dict, *required: str, **more) -> dict:
+    return {"type": "object", "properties": properties, **({"required": list(required)} if required else {}), **more}
+
+
+TASK = obj({"n": POSITIVE, "accuracy": SHARE, "centered": CENTERED,  # one CORE or ChatCORE task
+            "correct_bpb": nullable(BPB), "margin_bpb": nullable(MARGIN_BPB)}, "n", "accuracy", "centered")
+SCORED = {  # what binds a score to its run (xsa.evaluate.run.scored, trained_state)
+    "run": text(), "weights_sha256": HEX64, "provenance": PROVENANCE, "max_per_task": nullable(POSITIVE),
+    "missing": array(text()),
+    "trained": obj({"step": nullable(COUNT), "num_iterations": nullable(COUNT), "complete": BOOL})}
+SFT = obj({  # xsa.evaluate.sft.ensure_sft, its data aside
+    **{k: POSITIVE for k in ("steps", "batch_rows", "seq_len", "max_conversations", "micro_batch_rows",
+                             "micro_batch_tokens", "rows_per_epoch")},
+    **{k: COUNT for k in ("warmup_steps", "heldout_conversations", "assistant_tokens_per_epoch")},
+    **{k: NATS for k in ("heldout_loss_before", "heldout_loss_after", "loss_first", "loss_last", "loss_last10_mean")},
+    "lr_scale": number(exclusiveMinimum=0), "row_fill": SHARE, "epochs": number(minimum=0), "wall_time_s": SECONDS,
+    "source": text(), "packing": text()})
+SFT_DATA = obj({  # xsa.evaluate.sft_data: the registry's conversations or nanochat's mixture
+    **{k: COUNT for k in ("conversations_in_file", "conversations_sampled", "conversations_used",
+                          "dropped_contaminated", "conversations_heldout", "conversations_trained")},
+    "conversations_per_source": {"type": "object", "additionalProperties": COUNT},
+    "sha256": HEX64, "files": array(text()), **{k: text() for k in ("source", "file", "licence", "decontamination")}})
+
+EVAL = obj({
+    "core": CENTERED, "chatcore": CENTERED, "core_complete": BOOL, "missing": array(text()),
+    "core_bpb": nullable(BPB), "core_margin_bpb": nullable(MARGIN_BPB),  # None where no task has them
+    "tasks": {"type": "object", "additionalProperties": TASK},
+    "chat_tasks": {"type": "object", "additionalProperties": TASK},
+    "core_detail": obj({**SCORED, "bundle": text(), "max_len": POSITIVE}, "provenance"),
+    "chat_detail": obj({**SCORED, "gen_tokens": POSITIVE, "gen_batch": POSITIVE}, "provenance"),
+    "sft": SFT, "sft_data": SFT_DATA},
+    anyOf=[{"required": ["core"]}, {"required": ["chatcore"]}],  # CORE, ChatCORE or both (merged in one file)
+    dependentRequired={"core": ["core_complete", "tasks", "missing", "core_detail"],
+                       "chatcore": ["chat_tasks", "chat_detail"]})
+
+DIAGNOSTIC = {"cos_y_v": COSINE, "cos_z_v": COSINE, "cos_v_v": COSINE, "diag_mass": SHARE, "first_mass": SHARE,
+              "entropy": NATS}  # xsa.diagnostics.METRICS: a head's value, and a layer's mean over its heads
+LAYER = obj({"layer": COUNT, "xsa_alpha": SHARE, **DIAGNOSTIC,
+             "heads": obj({m: array(v, minItems=1) for m, v in DIAGNOSTIC.items()})},
+            "layer", "cos_y_v", "cos_z_v", "diag_mass", "entropy")
+DIAGNOSTICS = obj({
+    "layers": array(LAYER, minItems=1), "provenance": PROVENANCE,
+    "run": text(), "run_dir": text(), "weights_sha256": HEX64, "preset": text(), "arm": text(),
+    "overrides": {"type": "object"}, "xsa_alpha": SHARE, "xsa_gate": BOOL,
+    **{k: text() for k in ("xsa_layers", "xsa_value", "xsa_variant")},
+    "batch": obj({**{k: POSITIVE for k in ("batch_size", "batches", "rows", "seq_len")}, "tokens_sha256": HEX64,
+                  **{k: text() for k in ("split", "data_dir", "data", "which")}}),
+    "definitions": {"type": "object", "additionalProperties": text()}}, "layers", "provenance")
+
+
+def part(properties: dict) -> dict:
+    """One part of the GPU quick check: ok and its seconds, or an error where it failed."""
+    return obj({"ok": BOOL, "seconds": SECONDS, "error": text(), "traceback": text(), **properties}, "ok", "seconds")
+
+
+def judged(**bounds) -> dict:
+    """A value the GPU check judges (a loss, a cosine, a spread): NaN or infinity there is what it found
+    (the part's ok is false), not a damaged record; a finite value is within `bounds`."""
+    return {"type": "number", **bounds}
+
+
+ARMS = "^(baseline|xsa)_"
+GPU_PARTS = {  # xsa.gpu_parts.PARTS
+    "versions": part({**{k: text() for k in ("python", "torch", "device", "device_type", "matmul_peak_dtype")},
+                      "cuda": nullable(text()), "triton": nullable(text()), "gpu_memory_bytes": POSITIVE,
+                      "capability": text(pattern=r"^\d+\.\d+$"), "matmul_peak_flops": number(exclusiveMinimum=0),
+                      "datasheet_peak_flops": nullable(number(exclusiveMinimum=0))}),
+    "compile": part({"first_step_s": SECONDS, "next_step_s": SECONDS, "loss": judged(minimum=0),
+                     "graphs_compiled": nullable(COUNT), "params": POSITIVE, "tokens_per_step": POSITIVE}),
+    "steps": part({"lr_mults": array(number(minimum=0)), "losses": array(judged(minimum=0)),
+                   "new_graphs": nullable(COUNT)}),
+    "precision": part({**{k: judged(minimum=0) for k in ("loss_fp32", "loss_bf16", "loss_diff")},
+                       "loss_tol": number(exclusiveMinimum=0), "grad_cos_bound": COSINE, "grad_cos_min_matrix": text(),
+                       "grad_cos_min": judged(minimum=-1, maximum=1),
+                       "per_matrix": {"type": "object", "additionalProperties": judged(minimum=-1, maximum=1)}}),
+    "sdpa": part({"backend": text(), "operators": array(text())}),
+    "timing": {**part({**{k: POSITIVE for k in ("rows", "micro_batches", "tokens_per_step", "rounds")},
+                       "order": text(), "timer": text(), "overhead_ratio": RATIO,
+                       "compiled": {"type": "object", "additionalProperties": BOOL},
+                       "step_times_s": {"type": "object", "additionalProperties": array(SECONDS)}}),
+               "patternProperties": {ARMS + "(step|optimizer)_s$": SECONDS, ARMS + "optimizer_share$": SHARE,
+                                     ARMS + "tok_per_s$": number(minimum=0),
+                                     ARMS + "mfu(_datasheet)?$": nullable(number(minimum=0))}},
+    "xsa_cos": part({"z_dtype": text(), "mean_bound": number(exclusiveMinimum=0),
+                     **{f"{k}_abs_cos_per_layer": array(judged(minimum=0, maximum=1)) for k in ("mean", "max")}}),
+    "resume": part({"steps": POSITIVE, "bitwise_equal": BOOL,  # spreads relative to how far each tensor moved
+                    **{k: judged(minimum=0) for k in ("max_abs_diff", "moved", "diff", "noise_floor", "tolerance",
+                                                      "lost_state_diff")}}),
+    "memory": part({"note": text(),  # bytes per "<preset>@<rows>", or "out of memory"; null off CUDA
+                    "peak_mem_bytes": {"type": ["object", "null"], "additionalProperties": {
+                        "type": ["integer", "string"], "minimum": 0,
+                        "pattern": "^out of memory$"}}}),
+    "decode": part({"preset": text(), "autocast": text(),
+                    **{k: POSITIVE for k in ("questions", "tokens_each", "gen_batch")},
+                    **{k: number(minimum=0) for k in ("tokens_per_s_alone", "tokens_per_s_batched", "speedup")},
+                    "replies_agree": SHARE}),
+}
+GPU_CHECK = obj({"kind": {"const": "gpu quick check"}, "dry": BOOL, "preset": text(), "batch": POSITIVE,
+                 "compiled": BOOL, "autocast": text(), "complete": BOOL, "ok": BOOL, "elapsed_s": SECONDS,
+                 "parts": obj(GPU_PARTS), "provenance": PROVENANCE}, "kind", "parts", "complete")
+
+ARCHIVED = obj({"sha256": HEX64, "path": ARCHIVED_PATH}, "sha256", "path")  # '<sha256>  <path>' (sha256sum)
+
+SCHEMAS = {"summary": SUMMARY, "provenance": PROVENANCE, "throughput": THROUGHPUT, "estimates": ESTIMATES,
+           "eval": EVAL, "diagnostics": DIAGNOSTICS, "gpu_check": GPU_CHECK, "archive": ARCHIVED}
 VALIDATORS = {kind: Validator(schema) for kind, schema in SCHEMAS.items()}
 
 
-def _real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _reversed(lo, hi) -> bool:
-    return _real(lo) and _real(hi) and lo > hi  # a value of the wrong kind is the schema's problem
-
-
 def interval_problems(kind: str, record) -> list[tuple[str, str]]:
-    """(field, what is wrong) for each interval of the record whose lower end is above its upper."""
-    out = []
-    if kind == "throughput" and isinstance(record, dict):
-        for key, v in record.items():
-            if key.endswith(("_ci95", "_quartiles")) and isinstance(v, list) and len(v) == 2 and _reversed(*v):
-                out.append((key, f"{v!r} is reversed: its lower end is above its upper"))
-        arms = record.get("arms") if isinstance(record.get("arms"), dict) else {}
-        for name, arm in arms.items():
-            if isinstance(arm, dict) and _reversed(arm.get("step_time_min_s"), arm.get("step_time_max_s")):
-                out.append((f"arms.{name}", f"step_time_min_s {arm['step_time_min_s']!r} is above "
-                                            f"step_time_max_s {arm['step_time_max_s']!r}"))
-    if kind == "estimates" and isinstance(record, dict) and isinstance(record.get("estimates"), list):
-        for i, e in enumerate(record["estimates"]):
-            if isinstance(e, dict) and _reversed(e.get("lo"), e.get("hi")):
-                out.append((f"estimates.{i}", f"lo {e['lo']!r} is above hi {e['hi']!r} (of {e.get('key')!r})"))
-    return out
+    """(field, what is wrong) for each relation between values of the record that does not hold
+    (xsa/report/relations.py): an interval whose lower end is above its upper, a mean that is not
+    the mean of what it averages."""
+    return list(RELATIONS[kind](record)) if kind in RELATIONS and isinstance(record, dict) else []
 
 
 def _short(message: str, limit: int = 200) -> str:
@@ -221,6 +328,10 @@ def _short(message: str, limit: int = 200) -> str:
 def _message(error: ValidationError) -> str:
     if error.validator == "pattern" and error.validator_value in PATTERNS:
         return f"{error.instance!r} is not {PATTERNS[error.validator_value]}"
+    if error.validator == "anyOf" and all(set(s) == {"required"} for s in error.validator_value):
+        return "holds none of " + " and ".join(repr(k) for s in error.validator_value for k in s["required"])
+    if error.validator == "pattern" and error.validator_value == "^out of memory$":
+        return f"{error.instance!r} is neither a byte count nor 'out of memory'"
     return error.message
 
 
@@ -240,3 +351,22 @@ def check_file(kind: str, path) -> list[str]:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, a 5000-digit int
         return [f"{path}: not a JSON file ({_short(str(e))})"]
     return problems(kind, record, path)
+
+
+def manifest_problems(path=MANIFEST) -> list[str]:
+    """Each way the archive manifest (sha256sum's format, '<sha256>  <commit>/runs/<run id>/<file>' a
+    line) is not one, naming its line: '<path>:<line>: <field>: <why>'; a path listed twice too."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return [f"{path}: missing"]
+    except (OSError, UnicodeDecodeError) as e:
+        return [f"{path}: not a text file ({_short(str(e))})"]
+    out, seen = [] if lines else [f"{path}: empty (it declares no archive)"], {}
+    for i, line in enumerate(lines, 1):
+        digest, _, rel = line.partition("  ")
+        out += problems("archive", {"sha256": digest, "path": rel}, f"{path}:{i}")
+        if rel in seen:
+            out.append(f"{path}:{i}: path: {_short(repr(rel))} is listed twice (first on line {seen[rel]})")
+        seen.setdefault(rel, i)
+    return out
