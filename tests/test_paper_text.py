@@ -185,6 +185,10 @@ def test_the_readme_states_each_studys_status_as_the_records_have_it():
     done, declared = s["runs_done"].value, s["runs_declared"].value
     assert f"scale study is {'finished' if done == declared else 'training'} ({done} of {declared} declared runs" in head
     assert f"{s['check_runs_done'].value} of {s['check_runs_declared'].value} for its x4 check" in head
+    from xsa.report.writing import est as stated
+    x4 = s["check_common_xsa_rate"]  # the x4 level as the paper states it: at a common rate, with its verdict
+    assert f"XSA's change with both arms at one rate is {stated(x4, False)}" in head
+    assert ("slope with training length is not established" in head) == (not s["slope_tokens"].decided)
     runs = get_study("factorial").runs
     finished = all(trained(REPO_ROOT / "results" / "runs" / r.run_id) for r in runs)
     assert ("factorial study, registered with its analysis code before its first record, is "
