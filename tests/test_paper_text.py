@@ -276,6 +276,26 @@ def test_the_pdf_reads_as_a_paper(tmp_path):
             assert ink_end >= 0.70, f"page {i + 1}'s ink ends at {ink_end:.0%} of its height"
 
 
+def test_each_appendix_table_has_its_own_caption_and_space():
+    """Every appendix table's caption stands apart from whatever precedes it (the last table's rows ran
+    into the next caption, 2 pt apart): at least 10 pt of white above it on its page."""
+    import subprocess
+    from xml.etree import ElementTree as ET
+    xml = subprocess.run(["pdftotext", "-bbox-layout", str(PDF), "-"], capture_output=True, text=True).stdout
+    root = ET.fromstring(re.sub(r'xmlns="[^"]+"', "", xml))
+    gaps = {}
+    for page in root.iter("page"):
+        lines = sorted((float(ln.get("yMin")), float(ln.get("yMax")), " ".join(w.text for w in ln.iter("word")))
+                       for ln in page.iter("line"))
+        for i, (top, _, text) in enumerate(lines):
+            if re.match(r"Table A\d+\.", text) and i:
+                above = max((ln[1] for ln in lines[:i] if ln[1] <= top + 0.5), default=None)
+                if above is not None:
+                    gaps[text.split(".")[0]] = top - above
+    assert len(gaps) >= 5, gaps
+    assert all(g >= 10 for g in gaps.values()), gaps
+
+
 def test_the_paper_has_no_stray_markup():
     """A line of prose that starts with ':' becomes a definition list in Markdown (the conclusion once
     did): the exported paper holds none, and no raw Jinja or Markdown marker leaks into it."""
