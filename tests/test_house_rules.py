@@ -300,3 +300,14 @@ def test_planted_lazy_import_without_a_reason_is_found(tmp_path):
                 import re
         """, "b.py": ""})
     assert unjustified_lazy(mods) == {"pkg.a": [10, 11, 17]}
+
+
+def test_every_test_the_readmes_extending_table_names_exists():
+    """README, Extending: each row names the tests that keep it true; a renamed or deleted test would
+    leave a row that nothing checks."""
+    text = (REPO_ROOT / "README.md").read_text().split("## Extending")[1].split("\n## ")[0]
+    named = re.findall(r"`(tests/test_\w+\.py)(?:::(\w+))?`", text)
+    assert len(named) >= 8, named
+    for path, name in named:
+        source = (REPO_ROOT / path).read_text()
+        assert not name or f"def {name}(" in source, f"README, Extending: {path}::{name} does not exist"

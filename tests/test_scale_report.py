@@ -240,3 +240,37 @@ def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_com
     fig_scale(scale_estimates(results), tmp_path, -0.0032, check=book["check_common_xsa_rate"])
     assert "both arms at XSA&#39;s rate (the check)" in (tmp_path / "scale.svg").read_text() or \
         "both arms at XSA's rate (the check)" in (tmp_path / "scale.svg").read_text()
+
+
+def test_a_new_registered_check_of_a_level_is_one_entry(results, tmp_path, monkeypatch):
+    """README, Extending: a registered check of a scale level is one RateCheck (xsa/study_scale.py:
+    CHECKS); its study, its registration and its estimates follow from it. Here a made-up second check
+    of x4 on the seeds its precision rule would add (218-225)."""
+    import xsa.prereg
+    import xsa.studies
+    from xsa.prereg_check import check_document
+    from xsa.report.scale_check import check_book
+    from xsa.study_scale import CHECKS, RateCheck
+    from test_scale_study import record
+    for c in CHECKS:  # the registries are built from CHECKS: nothing else to touch
+        assert c.name in xsa.studies.STUDIES and c.name in xsa.studies.ADAPTIVE and c.name in xsa.prereg.DOCUMENTS
+        assert c.name in get_study("scale", results).checks
+    check = RateCheck("scale-check-late", "length x4", "cpu-w64-d4-s1536", "late", seeds=range(218, 226))
+    monkeypatch.setitem(xsa.studies.STUDIES, check.name, check.study)
+    monkeypatch.setattr(xsa.studies, "ADAPTIVE", {*xsa.studies.ADAPTIVE, check.name})
+    out = tmp_path / "results"
+    shutil.copytree(results, out)
+    study = get_study(check.name, out)
+    assert [r.seed for r in study.runs] == list(range(218, 226)) * 2 and study.scale.endswith("; not d12/d24)")
+    level = get_study("scale", out).comparison("length x4")
+    for run in (*study.runs, *(arm.run(s) for arm in level.arms() for s in check.seeds)):
+        if not (out / "runs" / run.run_id / "summary.json").exists():
+            record(out, run, bpb(run) * (1 + 0.0005 * math.sin(run.seed)))
+    doc = check_document(out, check)
+    assert "the scale study's x4 level" in doc and "218..225" in doc
+    book = check_book(out, check)
+    assert book["late_common_xsa_rate"].n == 8 and book["late_runs_done"].value == 16
+    assert book["late_x4_registered"].n == 8 and all(r.endswith(tuple(f"_s{s}" for s in check.seeds))
+                                                      for r in book["late_x4_registered"].runs)
+    # made up: XSA's best rate at x4 is 0.04, the baseline's 0.08, so the baseline at XSA's rate is worse
+    assert book["late_base_rates"].value > 0

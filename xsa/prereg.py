@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from functools import partial
 from pathlib import Path
 
 from xsa.design import detectable, half_width, slope_detectable
@@ -26,6 +27,7 @@ from xsa.prereg_scale import scale_document
 from xsa.records import REPO_ROOT, atomic_write_text
 from xsa.report.records import load_runs, per_seed
 from xsa.stats import mean_ci, relative_differences
+from xsa.study_scale import CHECKS
 from xsa.studies import ADAPTIVE, HEADS_SEEDS, PRECISION, SECONDARY_SEEDS, get_study
 
 FILENAME = "preregistration.md"  # under <results>/<study>/
@@ -116,7 +118,8 @@ def robust_document(results: Path) -> str:
     return "\n".join(lines)
 
 
-DOCUMENTS = {"robust": robust_document, "scale": scale_document, "scale-check": check_document,
+DOCUMENTS = {"robust": robust_document, "scale": scale_document,
+             **{c.name: partial(check_document, check=c) for c in CHECKS},
              "factorial": factorial_document, "d12-test": d12_test_document}
 
 

@@ -30,7 +30,7 @@ from xsa.design import LRRule, PrecisionRule
 from xsa.factorial.design import factorial_study
 from xsa.records import REPO_ROOT
 from xsa.spec import Arm
-from xsa.study_scale import d12_test_study, scale_check_study, scale_study
+from xsa.study_scale import CHECKS, d12_test_study, scale_study
 from xsa.study import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
                        unique_runs, xsa_pair)                                        # are read from here too)
 
@@ -222,8 +222,9 @@ def _robust(results) -> Study:
 
 
 STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study,
-           "scale-check": scale_check_study, "d12-test": d12_test_study, "factorial": factorial_study}
-ADAPTIVE = {"robust", "scale", "scale-check", "d12-test"}  # studies whose runs depend on the records so far (xsa/design.py)
+           **{c.name: c.study for c in CHECKS}, "d12-test": d12_test_study, "factorial": factorial_study}
+# studies whose runs depend on the records so far (xsa/design.py)
+ADAPTIVE = {"robust", "scale", *(c.name for c in CHECKS), "d12-test"}
 
 
 def get_study(name: str, results=None) -> Study:

@@ -19,9 +19,11 @@ pre-registered priority (S1 x4 first, then S2, S3, S4).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from xsa.design import LRRule, PrecisionRule
+from xsa.presets import make_config, scaling_params
 from xsa.spec import Arm
 from xsa.study import Contrast, Paired, Study, unique_runs, xsa_pair
 
@@ -141,42 +143,72 @@ def scale_study(results: Path) -> Study:
         runs=unique_runs(runs), main=tuple(lengths[k] for k in LENGTHS.values() if k in lengths),
         comparisons=(*heads.values(), *gates, short, long_, Contrast("width 256, length", long_, short)),
         primary="length x4", half_width_target=PRECISION_X4.half_width, core_arms=(), pending=tuple(pending),
-        preregistered=("8c19852", "2026-12-02 22:07"), checks=("scale-check",),
+        preregistered=("8c19852", "2026-12-02 22:07"), checks=tuple(c.name for c in CHECKS),
         diagnostics=dict(batch_size=8, batches=2),
     )
 
 
-# A check of the x4 level, registered after its records and before its own runs
+@dataclass(frozen=True)
+class RateCheck:
+    """A check of one level of the scale study, registered after that level's records and before its
+    own runs: each arm also trained at the other arm's selected matrix LR on the level's first pairs, so
+    that both arms meet at either common rate and each arm's two rates are compared on seeds that did not
+    select them. A new check is one entry of CHECKS; its registration (`python -m xsa.prereg --study
+    NAME`) is committed before its first run, and its estimates are the `<key>_*` entries of
+    results/estimates/scale.json."""
+    name: str  # the study's name
+    level: str  # the scale study's level it checks ("length x4")
+    preset: str  # that level's preset
+    key: str  # its estimates' prefix in the scale study's book ("check")
+    seeds: range = PAIRS  # the level's first pairs
+    preregistered: tuple[str, str] | None = None  # (commit, UTC date) of its registration
+
+    @property
+    def label(self) -> str:
+        return self.level.split()[-1]  # "x4"
+
+    @property
+    def scale(self) -> str:
+        return f"CPU scale (2-core CPU, fp32, compiled; {describe_level(self.preset)}; not d12/d24)"
+
+    @property
+    def order(self) -> tuple[str, str, str, str]:
+        """Its four comparisons, in the order its registration lists them."""
+        x = self.label
+        return (f"{x}, both at XSA's rate", f"{x} baseline, XSA's rate against its own",
+                f"{x}, both at the baseline's rate", f"{x} XSA, the baseline's rate against its own")
+
+    def study(self, results: Path) -> Study:
+        """The baseline at XSA's selected rate first, then XSA at the baseline's (a pair each seed);
+        nothing is declared before the level's bracket has selected, nor where both arms selected one
+        rate (the level is then its own check)."""
+        level = xsa_pair(self.preset, **FAST)
+        _, lrs = _bracket(results, level)
+        if not lrs or lrs[0] == lrs[1]:
+            return Study(name=self.name, scale=self.scale, runs=(), main=(), pending=self.order)
+        (lr_base, lr_xsa), (base, xsa) = lrs, level.arms()
+        tuned_base, tuned_xsa = base.with_(matrix_lr=lr_base), xsa.with_(matrix_lr=lr_xsa)
+        base_at_xsa, xsa_at_base = base.with_(matrix_lr=lr_xsa), xsa.with_(matrix_lr=lr_base)
+        first = Paired(self.order[0], base_at_xsa, tuned_xsa)
+        pairs = (first, Paired(self.order[1], tuned_base, base_at_xsa),
+                 Paired(self.order[2], tuned_base, xsa_at_base), Paired(self.order[3], tuned_xsa, xsa_at_base))
+        runs = [base_at_xsa.run(s) for s in self.seeds] + [xsa_at_base.run(s) for s in self.seeds]
+        return Study(name=self.name, scale=self.scale, runs=unique_runs(runs), main=(first,),
+                     comparisons=pairs[1:], primary=first.name, core_arms=(), estimate_from=ESTIMATE_FROM,
+                     diagnostics=dict(batch_size=8, batches=2), preregistered=self.preregistered)
+
+
+def describe_level(preset: str) -> str:
+    """'one head of 64, 13.7 tokens per parameter': the shape and training length a check runs at."""
+    cfg = make_config(preset)
+    heads = {1: "one head", 2: "two heads", 4: "four heads", 8: "eight heads"}.get(cfg.model.n_head, f"{cfg.model.n_head} heads")
+    return f"{heads} of {cfg.model.n_embd // cfg.model.n_head}, {cfg.num_tokens / scaling_params(cfg.model):.1f} tokens per parameter"
+
+
+# The x4 check, registered after the x4 level's records and before its own runs
 # (results/scale-check/preregistration.md). At x4 the baseline at its selected matrix LR spread over twice
-# XSA's range between seeds (some seeds learn markedly slower), and each arm's selection rested on two
-# seeds. Trained on the x4 level's first eight pairs: each arm at the other arm's selected rate, so that
-# both arms are compared at either common rate and each arm's two rates against each other.
-CHECK_SEEDS = PAIRS  # 210-217
-CHECK_ORDER = ("x4, both at XSA's rate", "x4 baseline, XSA's rate against its own",
-               "x4, both at the baseline's rate", "x4 XSA, the baseline's rate against its own")
-
-
-def scale_check_study(results: Path) -> Study:
-    """The x4 check: the baseline at XSA's selected rate first, then XSA at the baseline's (8 pairs
-    each); nothing is declared before the x4 bracket has selected, nor where both arms selected one rate
-    (the level is then its own check)."""
-    x4 = xsa_pair("cpu-w64-d4-s1536", **FAST)
-    _, lrs = _bracket(results, x4)
-    if not lrs or lrs[0] == lrs[1]:
-        return Study(name="scale-check", scale=SCALE_CHECK, runs=(), main=(), pending=CHECK_ORDER)
-    (lr_base, lr_xsa), (base, xsa) = lrs, x4.arms()
-    tuned_base, tuned_xsa = base.with_(matrix_lr=lr_base), xsa.with_(matrix_lr=lr_xsa)
-    base_at_xsa, xsa_at_base = base.with_(matrix_lr=lr_xsa), xsa.with_(matrix_lr=lr_base)
-    both_xsa_lr = Paired(CHECK_ORDER[0], base_at_xsa, tuned_xsa)
-    pairs = (both_xsa_lr, Paired(CHECK_ORDER[1], tuned_base, base_at_xsa),
-             Paired(CHECK_ORDER[2], tuned_base, xsa_at_base), Paired(CHECK_ORDER[3], tuned_xsa, xsa_at_base))
-    runs = [base_at_xsa.run(s) for s in CHECK_SEEDS] + [xsa_at_base.run(s) for s in CHECK_SEEDS]
-    return Study(name="scale-check", scale=SCALE_CHECK, runs=unique_runs(runs), main=(both_xsa_lr,),
-                 comparisons=pairs[1:], primary=both_xsa_lr.name, core_arms=(), estimate_from=ESTIMATE_FROM,
-                 diagnostics=dict(batch_size=8, batches=2), preregistered=("ca596fb", "2026-12-04 03:21"))
-
-
-SCALE_CHECK = "CPU scale (2-core CPU, fp32, compiled; one head of 64, 13.7 tokens per parameter; not d12/d24)"
+# XSA's range between seeds (some seeds learn markedly slower), and each arm's selection rested on two seeds.
+CHECKS = (RateCheck("scale-check", "length x4", "cpu-w64-d4-s1536", "check", preregistered=("ca596fb", "2026-12-04 03:21")),)
 
 
 # The test at d12 on a GPU server, re-registered with the factorial study (results/d12-test/

@@ -34,6 +34,7 @@ from xsa.report.robust import robustness, secondary_kind
 from xsa.report.factorial import factorial_book
 from xsa.report.scale import scale_section
 from xsa.stats import Interval
+from xsa.study_scale import CHECKS
 from xsa.studies import Contrast, Paired, Sweep, Versus, get_study
 from xsa.report.notes import left_out_note, machine_warnings
 from xsa.report.writing import pct, render, template_for
@@ -215,10 +216,9 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
         estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir, leave_out)
         estimates["factorial"] = factorial_book(results_dir)  # the factorial study, as far as it has trained
         tables.update(scale_tables)
-        done = {key: load_runs(results_dir, list(estimates[study.prediction][key].runs))  # its runs so far
-                for key in ("runs_done", "check_runs_done")}
-        tables["runs"] = tables["runs"] + every_run_table([(study.prediction, done["runs_done"]),
-                                                           ("scale-check", done["check_runs_done"])])
+        done = [(name, load_runs(results_dir, list(estimates[study.prediction][key].runs)))  # its runs so far
+                for name, key in ((study.prediction, "runs_done"), *((c.name, f"{c.key}_runs_done") for c in CHECKS))]
+        tables["runs"] = tables["runs"] + every_run_table(done)
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
     tables["claims"] = claims_table(study, estimates)

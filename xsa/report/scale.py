@@ -27,11 +27,11 @@ from xsa.records import read_json, records_without
 from xsa.report.estimates import Estimate, fact, per_seed_slopes, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
-from xsa.report.scale_check import KEYS as CHECK_KEYS, check_book, check_conditions
+from xsa.report.scale_check import check_book, check_conditions, keys as check_keys
 from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, gate_table
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.studies import get_study
-from xsa.study_scale import D12_RATE_FACTORS, PRECISION_X4, SECONDARY
+from xsa.study_scale import CHECKS, D12_RATE_FACTORS, PRECISION_X4, SECONDARY
 
 LEVELS = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8",
           "gate at width 64", "gate at 8 heads", "width 256, 128 steps", "width 256, 384 steps")
@@ -163,8 +163,9 @@ def scale_estimates(results: Path) -> dict:
     est["anchors"] = [dict(source=s, what=w, value=v) for s, w, v in ANCHORS]
     est["gate map"] = gate_map(results, study)
     est.update({f"{name} strength": gate_strength(results, study, name) for name in GATES})
-    if (checked := check_conditions(results)) is not None:  # x4 at the common rate (xsa/report/scale_check.py)
-        est.update(model_estimates(results, conditions=checked, tag=CHECK_FIT))
+    for check in CHECKS:  # its level at the common rate (xsa/report/scale_check.py)
+        if (checked := check_conditions(results, check)) is not None:
+            est.update(model_estimates(results, conditions=checked, tag=f"{check.key} "))
     return est
 
 
@@ -220,8 +221,7 @@ def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale", check
 
 # the fit's keys, short where the text names them often
 SHORT = {SLOPES[1]: "slope_heads", SLOPES[2]: "slope_tokens", SLOPES[3]: "slope_seq_len"}
-CHECK_FIT = "check "  # the sensitivity fit with x4 at the common rate
-FIT_TAGS = ("sensitivity ", CHECK_FIT)
+FIT_TAGS = ("sensitivity ", *(f"{c.key} " for c in CHECKS))  # and each check's fit with its level at the common rate
 BOOK_KEYS = {**SHORT, **{f"{tag}{k}": f"{tag.strip()}_{v}" for tag in FIT_TAGS for k, v in SHORT.items()},
              HEADS_SLOPE: "heads_slope_w128"}
 
@@ -278,7 +278,8 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
         tag = next((t for t in FIT_TAGS if name.startswith(t)), "")
         if isinstance(e, dict) and (name.removeprefix(tag) in SLOPES.values() or "prediction" in name):
             book[book_key(name)] = _fit_estimate(name, e, est[f"{tag}fit"]["conditions"])
-    book.update(check_book(results))
+    for check in CHECKS:
+        book.update(check_book(results, check))
     x4 = book["length_x4"]  # the precision rule's target against what its cap of seeds reached
     book["x4_precision_target"] = fact("x4_precision_target", PRECISION_X4.half_width, "relative",
                                        "the x4 level's registered target: its 95% interval's half-width")
@@ -369,7 +370,8 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
     rows = []
     entries = [(name, book[book_key(name)]) for name in (*LEVELS, "width 256, length", HEADS_SLOPE, "T=256", "T=512",
                                                           "T=1024")]
-    for name, e in (*entries, *((f"check: {n}", book[k]) for n, k in CHECK_KEYS.items())):
+    checked = [(f"{c.key}: {n}", book[k]) for c in CHECKS for n, k in check_keys(c).items()]
+    for name, e in (*entries, *checked):
         status = ("complete" if e.declared and e.n >= e.declared else f"interim {e.n}/{e.declared}" if e.n
                   else e.reason or "not run")
         rows.append(dict(level=name, family=e.family, n=e.n, declared=e.declared, rel=e.value, rel_ci95=e.ci,
