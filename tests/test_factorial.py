@@ -133,6 +133,20 @@ def test_the_steps_multiple_exceeds_one_where_xsa_is_lower(tmp_path):
     assert m["value"] > 1 and m["lo"] <= m["value"] <= m["hi"]
 
 
+def test_the_estimates_carry_each_cells_steps_multiple(tmp_path):
+    """The factorial estimates hold the steps multiple of every cell at every rate, with its interval
+    (planted: the baseline loses 0.1 bpb per doubling of steps, XSA gains 0.6% at 384 steps: the
+    baseline needs 2**(2.0 * 0.006 / 0.1) = 1.087 times the steps at w64 short)."""
+    from xsa.report.factorial import factorial_book
+    _plant(tmp_path, steps_account, noise=0.0)
+    book = factorial_book(tmp_path)
+    keys = [k for k in book if k.endswith("_steps_multiple")]
+    assert len(keys) == len(CELLS) * len(RATES)
+    m = book["w64_short_at_0_08_steps_multiple"]
+    assert m.value == pytest.approx(2 ** (2.0 * 0.006 / 0.1), rel=0.05) and m.lo <= m.value <= m.hi
+    assert m.unit == "multiple of steps"
+
+
 def test_the_registration_is_written_once(tmp_path):
     from xsa import prereg
     (tmp_path / "runs").mkdir()

@@ -14,6 +14,7 @@ from pathlib import Path
 from xsa.design import final_bpb
 from xsa.factorial import analysis as A
 from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
+from xsa.factorial.steps import condition_multiples
 from xsa.presets import scaling_params
 from xsa.report.estimates import Estimate, fact, slug
 from xsa.study import xsa_pair
@@ -94,6 +95,15 @@ def factorial_book(results) -> dict[str, Estimate]:
         book.update(_stability(key, A.pair_stability(results, a, b, X4_SEEDS), a, b))
     for i, lr in enumerate(RATES):  # the common rates, as the text names them
         book[f"rate_{i}"] = fact(f"rate_{i}", lr, "matrix LR", "a common matrix learning rate of the factorial study")
+    for name, m in condition_multiples(results).items():  # the steps multiple (xsa/factorial/steps.py)
+        cell, lr = name.split("@")
+        key = f"{slug(cell)}_at_{slug(lr)}_steps_multiple"
+        book[key] = Estimate(key, m["value"], m["lo"], m["hi"], unit="multiple of steps", family="registered",
+                             definition=f"{cell} at matrix LR {lr}: the steps the baseline's length ladder needs to "
+                             "reach XSA's mean final val bpb, over the cell's steps (percentile bootstrap over seeds)"
+                             + ("; beyond the ladder's lengths, extrapolated" if m["extrapolated"] else ""),
+                             reason="" if m["value"] is not None else "fewer than two seeds on the ladder or XSA, "
+                             "or the baseline's ladder does not reach XSA's loss")
     for c in CELLS:  # each cell's length and tokens per parameter, as the text names them
         cfg = c.config()
         book[f"{slug(c.name)}_steps"] = fact(f"{slug(c.name)}_steps", cfg.num_iterations, "steps", f"{c.preset}: steps")
