@@ -211,7 +211,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
         tables["setup"] = setup_table(study, robust["study"])
         tables["runs"] = every_run_table([(study.name, every), (robust["study"].name, robust["runs"]),
                                           *robust["archived_runs"]])
-    tables["scale"], tables["scale_gates"], figures_scale = [], [], None
+    tables["scale"], tables["scale_gates"], figures_scale = [], [], {}
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
         estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir, leave_out)
         estimates["factorial"] = factorial_book(results_dir)  # the factorial study, as far as it has trained
@@ -224,7 +224,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     tables["claims"] = claims_table(study, estimates)
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
-    figures = draw_figures(study, runs, every, tables, figures_dir, main_arms, bool(robust), {"scale": figures_scale})
+    figures = draw_figures(study, runs, every, tables, figures_dir, main_arms, bool(robust), figures_scale)
     return dict(runs=runs, every=every, tables=tables, figures=figures, throughput=tp, gap=gap_curves(runs, study.main),
                 left_out=leave_out, robust=robust, estimates=estimates)
 

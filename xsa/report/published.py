@@ -35,5 +35,6 @@ PUBLISHED: dict[str, dict] = {
     "marin_5854": dict(source="marin-community/marin issue #5854",
                        contrast="no XSA (with a context norm) against XSA, d512 and d768", runs_per_arm=1,
                        loss_up_d512=0.0189, loss_up_d768=0.0139, faster_d512=0.108, faster_d768=0.144,
-                       speedup_d512=1.0124, speedup_d768=1.0558),
+                       speedup_d512=1.0124, speedup_d768=1.0558, loss_xsa_d512=3.8104, loss_xsa_d768=3.4339,
+                       flops_d512=2.19e17, flops_d768=1.70e18),
 }

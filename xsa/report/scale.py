@@ -24,6 +24,7 @@ from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Conditio
                          model_conditions, pairs_to_test)
 from xsa.presets import make_config, scaling_params
 from xsa.records import read_json, records_without
+from xsa.report.crossscale import cross_scale_rows, cross_scale_table, fig_cross_scale
 from xsa.report.estimates import Estimate, fact, per_seed_slopes, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
@@ -381,7 +382,8 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
 
 def scale_section(study, results_dir, figures_dir, leave_out=()):
     """The study's prediction study (scale): its estimates, its tables (the levels, and the learned
-    gate per layer and head) and its figure (None before its model can fit). Its finished records are
+    gate per layer and head, the cross-scale rows) and its figures (the scale figure None before its
+    model can fit; the cross-scale figure, xsa/report/crossscale.py). Its finished records are
     checked whole first; runs still training or not declared yet are its interim state, which the table
     and the text say. The runs in leave_out are analysed as never trained: the study's rules may then
     declare them again, and their levels say interim."""
@@ -398,6 +400,7 @@ def scale_section(study, results_dir, figures_dir, leave_out=()):
         est = scale_estimates(view)
         book = scale_book(view, est)
         table = scale_table(book, view)
-    figure = (fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale", book["check_common_xsa_rate"])
-              if est.get("fit") else None)
-    return book, {"scale": table, "scale_gates": gate_table(est)}, figure
+        across = cross_scale_rows(book, scale)  # this study's levels beside the published results
+    figures = {"scale": fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale", book["check_common_xsa_rate"])
+               if est.get("fit") else None, "cross_scale": fig_cross_scale(across, figures_dir)}
+    return book, {"scale": table, "scale_gates": gate_table(est), "cross_scale": cross_scale_table(across)}, figures
