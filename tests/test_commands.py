@@ -32,9 +32,11 @@ print(json.dumps(out))
 
 
 def readme_commands() -> list[tuple[str, list[str]]]:
-    """(module, [subcommand]) for each command the README lists, first time each."""
+    """(module, [subcommand]) for each command the README (and docs/, which it points to) lists, first
+    time each."""
     seen = {}
-    for module, sub in COMMAND.findall((REPO_ROOT / "README.md").read_text()):
+    text = "\n".join(p.read_text() for p in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))])
+    for module, sub in COMMAND.findall(text):
         seen.setdefault((module, sub.strip()), None)
     return [(m, [s] if s and not s.startswith("-") else []) for m, s in seen]
 
