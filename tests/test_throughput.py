@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from xsa.report import schemas
 from xsa.throughput import copy_task_batch, main, overhead_stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,6 +137,7 @@ def test_gpu_quick_check_dry_mode(tmp_path):
                           capture_output=True, text=True, timeout=480, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
+    assert schemas.check_file("gpu_check", out) == []  # the fresh record passes its schema
     assert r["complete"] and r["ok"] and r["dry"]
     parts = r["parts"]
     assert set(parts) == {"versions", "compile", "steps", "precision", "sdpa", "timing", "xsa_cos", "resume",

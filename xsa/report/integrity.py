@@ -14,10 +14,11 @@ paper stage first checks every run the study declares:
 - metrics.jsonl holds the evaluation of every scheduled step (0, every eval_every, the horizon): a
   log with evaluations removed would average a curve over fewer seeds under the old n;
 - provenance.json is there and of this config;
-- summary.json, provenance.json, eval.json, diagnostics.json, the throughput records, the estimates
-  files, the archived runs' records and the archive manifest each match the schema of their kind
-  (xsa/report/schemas.py: a negative CPU time, a p above 1, a reversed interval, an accuracy above 1,
-  a cosine outside [-1, 1]);
+- config.json, every line of metrics.jsonl, summary.json, provenance.json, eval.json, diagnostics.json,
+  the throughput records, the estimates files, the archived runs' records and the archive manifest
+  each match the schema of their kind (xsa/report/schemas.py: a negative learning rate, a negative
+  loss, a negative CPU time, a p above 1, a reversed interval, an accuracy above 1, a cosine outside
+  [-1, 1]), each problem naming its field (and for metrics.jsonl its line);
 - every run the study scores has a complete CORE record (eval.json: all tasks, a finite CORE);
 - diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values;
 - eval.json and diagnostics.json are bound to the run: the run id they record (where they do), the
@@ -91,7 +92,8 @@ def _json(path: Path, problems: list, kind=dict):
 
 def metrics_problems(path: Path) -> tuple[list[dict], list[str]]:
     """(records, problems) of a metrics.jsonl read strictly: a torn or corrupt line, a step that
-    does not increase, a non-finite number are each a problem naming the line."""
+    does not increase, a non-finite number, a value its schema refuses (a negative loss, a string
+    bpb) are each a problem naming the line; an empty file is one problem."""
     problems, records, last = [], [], None
     try:
         text = path.read_text(encoding="utf-8")
@@ -102,6 +104,8 @@ def metrics_problems(path: Path) -> tuple[list[dict], list[str]]:
         lines.pop()
     elif lines:
         problems.append(f"{path}:{len(lines)}: torn last line (no newline: a killed writer)")
+    if not lines:
+        problems.append(f"{path}: empty (no line: not even the evaluation at step 0)")
     for i, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
@@ -117,6 +121,7 @@ def metrics_problems(path: Path) -> tuple[list[dict], list[str]]:
                             "two runs in one folder, or a doubled file)")
         if (bad := _non_finite(rec)) is not None:
             problems.append(f"{path}:{i}: {bad} is not finite")
+        problems += schemas.problems("metrics", rec, f"{path}:{i}")
         last = rec["step"] if last is None else max(last, rec["step"])
         records.append(rec)
     return records, problems
@@ -234,6 +239,7 @@ def _run_problems(study, run, run_dir: Path, diagnostics: bool = True) -> list[s
             problems.append(f"{s}: {bad} is not finite")
     if config is not None:
         c = run_dir / "config.json"
+        problems += schemas.problems("config", config, c)
         try:  # by value: fields the record predates read at their defaults
             if TrainConfig.from_dict(config, str(c)) != cfg:
                 problems.append(f"{c}: not the config of {run.run_id} (a different run in this folder)")
@@ -293,7 +299,7 @@ def archive_problems(study, results_dir) -> list[str]:
                 problems.append(f"{root / rel}: missing (python -m xsa.archive --commit {a.commit} restores it)")
             elif sha256_file(root / rel) != digest:
                 problems.append(f"{root / rel}: not the bytes {a.commit} holds (its sha256 differs from the manifest)")
-            elif (kind := Path(rel).stem) in ("summary", "provenance"):  # the values the robustness table reads
+            elif (kind := Path(rel).stem) in ("config", "summary", "provenance"):  # the values the table reads
                 problems += schemas.check_file(kind, root / rel)
         runs = {rel.split("/")[1] for rel in wanted}
         problems += [f"{d}: not a run of the archive of {a.commit}" for d in sorted((root / "runs").glob("*"))

@@ -16,11 +16,14 @@ xsa/diagnostics.py, xsa/gpu_parts.py, xsa/archive.py):
 - diagnostics: a run's diagnostics.json (xsa/diagnostics.py)
 - gpu_check:   the GPU quick check's record (results/gpu/quick-*.json, xsa/gpu_check.py, xsa/gpu_parts.py)
 - archive:     one line of the archive manifest (xsa/archive.sha256, read whole by manifest_problems)
+- config:      a run's config.json (xsa/report/run_schemas.py, with the parts in xsa/report/schema_parts.py)
+- metrics:     one line of a run's metrics.jsonl (run_schemas.py; a file of them read by check_lines)
 
 Every schema allows fields it does not name (records gain fields over time) and a field that is
 absent (a record older than the field). Each problem names the file and the field:
 
     results/runs/X/summary.json: cpu_time_s: -3.0 is less than the minimum of 0
+    results/runs/X/metrics.jsonl:12: train_loss: -0.5 is less than the minimum of 0
 
 JSON Schema compares a value with constants only, so what relates two values of a record is checked
 beside it (`interval_problems`, xsa/report/relations.py): an interval's lo <= hi, a CORE score that is
@@ -31,66 +34,16 @@ bound (NaN < 0 is false), hence the `finite` keyword.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema import ValidationError
 
-from xsa.archive import FILES, MANIFEST
+from xsa.archive import MANIFEST
+from xsa.report import run_schemas
 from xsa.report.relations import RELATIONS
-
-MAX_SECONDS = 1e8  # three years: a longer time is a damaged record, not a slow run
-
-
-def _finite(validator, wanted, instance, schema):
-    # a JSON file may hold NaN and Infinity (the records are written with allow_nan)
-    if wanted and isinstance(instance, float) and not math.isfinite(instance):
-        yield ValidationError(f"{instance!r} is not finite")
-
-
-Validator = validators.extend(Draft202012Validator, {"finite": _finite})
-
-
-def number(**bounds) -> dict:
-    """A finite number (a bool is not one) within `bounds` (minimum=0, exclusiveMaximum=20, ...)."""
-    return {"type": "number", "finite": True, **bounds}
-
-
-def integer(**bounds) -> dict:
-    return {"type": "integer", **bounds}
-
-
-def text(**more) -> dict:
-    return {"type": "string", **more}
-
-
-def array(items: dict, **more) -> dict:
-    return {"type": "array", "items": items, **more}
-
-
-def nullable(schema: dict) -> dict:
-    """`schema` or null (a value the writer leaves out where it has none: JSON null)."""
-    return {**schema, "type": [schema["type"], "null"]}
-
-
-def pair(items: dict) -> dict:
-    """An interval [lo, hi] (lo <= hi is interval_problems' check)."""
-    return array(items, minItems=2, maxItems=2)
-
-
-# the patterns by what a message calls them (a regular expression is no help to the reader of one)
-PATTERNS = {"^[0-9a-f]{16}$": "a 16-hex config hash", "^[0-9a-f]{40}$": "a 40-hex git commit",
-            "^[0-9a-f]{64}$": "a 64-hex sha256",
-            r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?"
-            r"(Z|[+-]\d{2}:\d{2})?)?$": "an ISO date (2026-12-02 or 2026-12-02T07:55:27+00:00)",
-            "^[0-9a-f]{7,40}/runs/[^/]+/(" + "|".join(f.replace(".", r"\.") for f in FILES) + ")$":
-                "a path <commit>/runs/<run id>/{" + ",".join(FILES) + "}"}
-HEX16, HEX40, HEX64, ISO_DATE, ARCHIVED_PATH = (text(pattern=p) for p in PATTERNS)
-
-SECONDS = number(minimum=0, maximum=MAX_SECONDS)
-COUNT = integer(minimum=0)
-BOOL = {"type": "boolean"}
-RATIO = number(exclusiveMinimum=-1)  # a time ratio less 1 (an overhead): negative when XSA is faster, never -100%
+from xsa.report.schema_parts import (ARCHIVED_PATH, BOOL, BPB, CENTERED, COSINE, COUNT, DIAGNOSTIC, HEX16, HEX40,
+                                     HEX64, ISO_DATE, MARGIN_BPB, NATS, PATTERNS, POSITIVE, RATIO, SECONDS, SHARE,
+                                     Validator, array, integer, nullable, number, obj, pair, text)
 
 SUMMARY = {
     "type": "object",
@@ -196,19 +149,6 @@ ESTIMATES = {"type": "object", "required": ["estimates"],
 
 # -- the records of the evaluation, diagnostics and GPU check stages, and the archive's manifest
 
-BPB = number(exclusiveMinimum=0, exclusiveMaximum=20)  # bits per byte, as val_bpb
-MARGIN_BPB = number(exclusiveMinimum=-20, exclusiveMaximum=20)  # one bpb less another
-SHARE = number(minimum=0, maximum=1)  # an accuracy, an attention mass, a share of a step
-CENTERED = number(maximum=1)  # (accuracy - chance) / (1 - chance): 1 at best, below 0 under chance
-COSINE = number(minimum=-1, maximum=1)
-NATS = number(minimum=0)  # a cross-entropy or an entropy
-POSITIVE = integer(minimum=1)
-
-
-def obj(properties: dict, *required: str, **more) -> dict:
-    return {"type": "object", "properties": properties, **({"required": list(required)} if required else {}), **more}
-
-
 TASK = obj({"n": POSITIVE, "accuracy": SHARE, "centered": CENTERED,  # one CORE or ChatCORE task
             "correct_bpb": nullable(BPB), "margin_bpb": nullable(MARGIN_BPB)}, "n", "accuracy", "centered")
 SCORED = {  # what binds a score to its run (xsa.evaluate.run.scored, trained_state)
@@ -240,8 +180,6 @@ EVAL = obj({
     dependentRequired={"core": ["core_complete", "tasks", "missing", "core_detail"],
                        "chatcore": ["chat_tasks", "chat_detail"]})
 
-DIAGNOSTIC = {"cos_y_v": COSINE, "cos_z_v": COSINE, "cos_v_v": COSINE, "diag_mass": SHARE, "first_mass": SHARE,
-              "entropy": NATS}  # xsa.diagnostics.METRICS: a head's value, and a layer's mean over its heads
 LAYER = obj({"layer": COUNT, "xsa_alpha": SHARE, **DIAGNOSTIC,
              "heads": obj({m: array(v, minItems=1) for m, v in DIAGNOSTIC.items()})},
             "layer", "cos_y_v", "cos_z_v", "diag_mass", "entropy")
@@ -309,7 +247,8 @@ GPU_CHECK = obj({"kind": {"const": "gpu quick check"}, "dry": BOOL, "preset": te
 ARCHIVED = obj({"sha256": HEX64, "path": ARCHIVED_PATH}, "sha256", "path")  # '<sha256>  <path>' (sha256sum)
 
 SCHEMAS = {"summary": SUMMARY, "provenance": PROVENANCE, "throughput": THROUGHPUT, "estimates": ESTIMATES,
-           "eval": EVAL, "diagnostics": DIAGNOSTICS, "gpu_check": GPU_CHECK, "archive": ARCHIVED}
+           "eval": EVAL, "diagnostics": DIAGNOSTICS, "gpu_check": GPU_CHECK, "archive": ARCHIVED,
+           **run_schemas.SCHEMAS}  # config, metrics
 VALIDATORS = {kind: Validator(schema) for kind, schema in SCHEMAS.items()}
 
 
@@ -337,6 +276,9 @@ def _message(error: ValidationError) -> str:
 
 def problems(kind: str, record, path) -> list[str]:
     """Each way `record` (a JSON value read from `path`) is not a record of `kind`: '<path>: <field>: <why>'."""
+    quick = run_schemas.QUICK.get(kind)  # a shortcut where it passes the record (schema_parts.accepts)
+    if quick is not None and kind not in RELATIONS and quick(record):
+        return []
     found = [(".".join(map(str, e.absolute_path)), _message(e)) for e in VALIDATORS[kind].iter_errors(record)]
     found += interval_problems(kind, record)
     return [f"{path}: {field + ': ' if field else ''}{_short(why)}" for field, why in sorted(found)]
@@ -351,6 +293,30 @@ def check_file(kind: str, path) -> list[str]:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, a 5000-digit int
         return [f"{path}: not a JSON file ({_short(str(e))})"]
     return problems(kind, record, path)
+
+
+def check_lines(kind: str, path) -> list[str]:
+    """problems() of each line of the JSON-lines file at `path` (a run's metrics.jsonl), each named
+    '<path>:<line>: <field>: <why>'; a line that is not JSON (garbled) and a last line without its
+    newline (torn: a killed writer) are each one problem naming the line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except FileNotFoundError:
+        return [f"{path}: missing"]
+    except (OSError, UnicodeDecodeError) as e:
+        return [f"{path}: not a text file ({_short(str(e))})"]
+    out = [] if lines[-1] == "" else [f"{path}:{len(lines)}: torn last line (no newline: a killed writer)"]
+    lines.pop()  # the empty string after the last newline, or the torn line
+    if not lines and not out:
+        return [f"{path}: empty (no line)"]
+    for i, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, a 5000-digit int
+            out.append(f"{path}:{i}: not a JSON line ({_short(str(e))})")
+            continue
+        out += problems(kind, record, f"{path}:{i}")
+    return out
 
 
 def manifest_problems(path=MANIFEST) -> list[str]:
