@@ -1,12 +1,14 @@
 """
 A hostile user's session against the records, the run folders and the sandbox, on copies only.
 
-    PYTHONPATH=. python scripts/hostile_check.py [--code DIR] [--only records|folders|sandbox|inputs]
+    PYTHONPATH=. python scripts/hostile_check.py [--code DIR] [--only records|folders|sandbox|inputs|more]
 
 Each case damages a copy of the committed records, races or breaks a run folder (smoke preset),
 tries to forge or escape the HumanEval sandbox, or (inputs) feeds the paper a record that is not
 bound to its run, writes one record over another, shares a folder through another path, or passes a
-hostile value to a command, and classifies what the code at DIR (default: this checkout) does:
+hostile value to a command, or (more, scripts/hostile_more.py) gives every command bad values, damaged
+run folders, hostile environment variables and a killed process's leftovers, and classifies what the
+code at DIR (default: this checkout) does:
 
   clear      the right behaviour, or a non-zero exit with a message naming the path, no traceback;
   unclear    a non-zero exit with a message that names no path (or a refusal after writing);
@@ -33,6 +35,7 @@ from pathlib import Path
 from hostile_common import (ADD, REPO, RUN, VERDICTS, Env, digest, edit, judge_error, lines_edit, paper,
                             slow_training, tail, train_cmd)
 from hostile_inputs import input_cases
+from hostile_more import more_cases
 
 
 # -----------------------------------------------------------------------------
@@ -309,13 +312,13 @@ def sandbox_cases(env: Env) -> list:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--code", type=Path, default=REPO, help="the checkout whose code is tried (default: this one)")
-    p.add_argument("--only", choices=["records", "folders", "sandbox", "inputs"], default=None)
+    p.add_argument("--only", choices=["records", "folders", "sandbox", "inputs", "more"], default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="xsa-hostile-") as tmp:
         env = Env(args.code.resolve(), Path(tmp))
         rows = []
         for kind, cases in (("records", record_cases), ("folders", folder_cases), ("sandbox", sandbox_cases),
-                            ("inputs", input_cases)):
+                            ("inputs", input_cases), ("more", more_cases)):
             if args.only in (None, kind):
                 rows += cases(env)
     counts = {}

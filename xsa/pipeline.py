@@ -343,6 +343,8 @@ def main(argv=None) -> int:
             print(f"{folder}: {n} executed notebooks, {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB", flush=True)
         return 0
     if args.status:
+        if Path(args.results).exists() and not Path(args.results).is_dir():
+            p.error(f"--results {args.results}: a file, not a results folder")
         try:
             study = get_study(args.study, Path(args.results).resolve())
         except ValueError as e:

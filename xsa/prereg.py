@@ -24,7 +24,7 @@ from xsa.design import detectable, half_width, slope_detectable
 from xsa.factorial.prereg import d12_test_document, factorial_document
 from xsa.prereg_check import check_document
 from xsa.prereg_scale import scale_document
-from xsa.records import REPO_ROOT, atomic_write_text
+from xsa.records import REPO_ROOT, atomic_write_text, check_out
 from xsa.report.records import load_runs, per_seed
 from xsa.stats import mean_ci, relative_differences
 from xsa.study_scale import CHECKS
@@ -43,6 +43,9 @@ def observed_sd(results: Path) -> tuple[float, int]:
     pair = study.comparison(SIZED_BY[1])
     runs = load_runs(results, [r.run_id for r in study.runs if r.arm in pair.arms()])
     diffs = relative_differences(per_seed(runs, pair.a, "val_bpb"), per_seed(runs, pair.b, "val_bpb"))
+    if len(diffs) < 2:  # no spread to size the design by: never a document that says 0.00%
+        raise ValueError(f"{results / 'runs'} holds {len(diffs)} paired seed(s) of {SIZED_BY[0]}/{SIZED_BY[1]}, "
+                         "whose spread sizes the design; at least 2 are needed")
     stats = mean_ci(diffs.values())
     return stats["sd"], stats["n"]
 
@@ -138,10 +141,22 @@ def main(argv=None) -> int:
     if not (results / "runs").is_dir():
         p.error(f"--results {results}: not a results folder (it has no runs/ folder)")
     out = Path(args.out) if args.out else results / args.study / FILENAME
+    if out.is_dir():
+        p.error(f"--out {out}: a folder, not a file")
+    try:  # an unwritable place, a record's file: refused, --force or not
+        check_out(out)
+    except ValueError as e:
+        p.error(f"--{e}")
+    if out.suffix != ".md":
+        p.error(f"--out {out}: a pre-registration is a Markdown file (.md); nothing else is written over")
     if out.exists() and not args.force:
         p.error(f"--out {out}: exists; a registration is written once, before the runs it governs "
                 "(--force replaces it)")
-    atomic_write_text(out, DOCUMENTS[args.study](results))
+    try:
+        text = DOCUMENTS[args.study](results)
+    except ValueError as e:  # the records it is sized by are not there
+        p.error(f"--study {args.study} --results {results}: {e}")
+    atomic_write_text(out, text)
     print(f"pre-registration of {args.study}: {out}")
     return 0
 

@@ -40,6 +40,10 @@ def _sd(results: Path) -> tuple[float, int]:
     """The per-pair SD of the relative effect over the robust primary's pairs at tuned LRs."""
     study = get_study("scale", results)
     c = condition(results, study.comparison("length x1"), ROBUST_PRIMARY_SEEDS)
+    if c.n < 2:  # no spread to size the design by: never a document that says 0.00%
+        raise ValueError(f"{results / 'runs'} holds {c.n} pair(s) of the robust primary at tuned LRs (seeds "
+                         f"{ROBUST_PRIMARY_SEEDS[0]}-{ROBUST_PRIMARY_SEEDS[-1]}), whose spread sizes the design; "
+                         "at least 2 are needed")
     m = c.mean
     return (sum((d - m) ** 2 for d in c.diffs) / (c.n - 1)) ** 0.5, c.n
 

@@ -98,13 +98,21 @@ def records_without(results, run_ids):
 
 
 def read_json(path) -> Any:
+    """The JSON value of a file; anything else (a missing file, binary garbage, a run folder's record
+    that is not a JSON object) is an error naming the file."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: corrupt JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text, so not JSON ({e.reason} at byte {e.start})") from None
+    if path.suffix == ".json" and path.name in RUN_RECORDS and not isinstance(value, dict):
+        raise ValueError(f"{path}: holds a JSON {type(value).__name__}, not the JSON object of a run's "
+                         f"{RUN_RECORDS[path.name]} record")
+    return value
 
 
 def read_jsonl(path) -> list[dict]:

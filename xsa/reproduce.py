@@ -44,7 +44,8 @@ from xsa.config import RECORD_EXTRAS, TrainConfig, dict_hash
 from xsa.data import ensure_data
 from xsa.data.build import COMPLETE
 from xsa.data.shards import data_fingerprint
-from xsa.records import REPO_ROOT, atomic_write_json, cpu_identity, cpu_key, cpu_model, read_json, software_versions
+from xsa.records import (REPO_ROOT, atomic_write_json, check_out, cpu_identity, cpu_key, cpu_model, read_json,
+                         software_versions)
 from xsa.spec import Run
 from xsa.stats import Interval
 from xsa.train import train
@@ -141,8 +142,7 @@ def verdict(result: dict) -> tuple[str, int]:
 
 def reproduce(run_dir: Path, out: Path, data_dir=None, progress: bool = True) -> dict:
     """Retrain the run of run_dir and compare (see the module docstring); returns the comparison."""
-
-
+    out = check_out(out, "reproduce")  # before the retraining: a folder, a run's record, an unwritable place
     record = read_json(run_dir / "config.json")
     summary, prov = read_json(run_dir / "summary.json"), read_json(run_dir / "provenance.json")
     # the file is the one that was trained (its hash as written), then read by value: fields it

@@ -186,7 +186,12 @@ def arm_summary(arm: TimedArm, tokens_per_step: int, peak: float, sheet: float |
 
 
 def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
-    """The study's two arms at `preset`: the baseline (no XSA layer) and XSA (alpha 1, every layer)."""
+    """The study's two arms at `preset`: the baseline (no XSA layer) and XSA (alpha 1, every layer);
+    `overrides` apply to both, so the fields that make the arms are not among them."""
+    arm_fields = sorted(set(overrides) & {"xsa_alpha", "xsa_layers"})
+    if arm_fields:
+        raise ValueError(f"set: {arm_fields[0]} is what tells the two arms apart (the baseline has no XSA layer, "
+                         "the XSA arm alpha 1 on every layer); to time another pair, compare with --vs")
     pair = xsa_pair(preset, **overrides)
     return pair.a.run(seed), pair.b.run(seed)
 
@@ -360,6 +365,8 @@ def main(argv=None):
     for name in ("steps", "device_batch_size", "total_batch_size", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.threads is not None and args.threads > (os.cpu_count() or 1):
+        p.error(f"--threads {args.threads}: more than the {os.cpu_count()} cores of this machine")
     for name in ("warmup", "train_steps"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")

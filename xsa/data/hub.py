@@ -14,9 +14,14 @@ import urllib.request
 from pathlib import Path
 
 
+class DownloadError(OSError, RuntimeError):
+    """A file that could not be fetched: an OSError, as a missing file is, so every command reports
+    it in one line naming the URL (a RuntimeError too, as it was first raised)."""
+
+
 def download_parquet(url: str, path: Path, hint: str, retries: int = 5, backoff: float = 2.0) -> Path:
     """`path`, downloaded first from `url` if it is not there. After `retries` failed attempts a
-    RuntimeError names the URL, the last error and `hint` (how to supply the file offline)."""
+    DownloadError names the URL, the last error and `hint` (how to supply the file offline)."""
     import pyarrow.parquet as pq  # lazy: optional dependency
     from filelock import FileLock  # lazy: optional dependency
 
@@ -37,6 +42,6 @@ def download_parquet(url: str, path: Path, hint: str, retries: int = 5, backoff:
             except Exception as e:
                 tmp.unlink(missing_ok=True)
                 if attempt == retries:
-                    raise RuntimeError(f"could not download {url} after {retries} attempts ({e}); {hint}") from e
+                    raise DownloadError(f"could not download {url} after {retries} attempts ({e}); {hint}") from e
                 time.sleep(backoff * 2 ** (attempt - 1))
     return path

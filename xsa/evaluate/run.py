@@ -43,6 +43,12 @@ def check_merge_target(out) -> Path:
     return out
 
 
+def items_path(out: Path) -> Path:
+    """Where a CORE evaluation's per-item values go: core_items.json beside a run's eval.json, and
+    <stem>.core_items.json beside any other --out, so two evaluations into one folder keep theirs."""
+    return out.with_name("core_items.json" if out.name == "eval.json" else f"{out.stem}.core_items.json")
+
+
 def trained_state(run_dir) -> dict:
     """Which model is scored: the step of the run and whether it reached its horizon (a run stopped
     early, or still training, is labelled so in the record and warned about)."""
@@ -78,7 +84,8 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     """CORE of a run's final model -> merged into out (default RUN_DIR/eval.json); returns the update.
 
     Per task: accuracy, centered accuracy and the mean likelihood measures (xsa.evaluate.core); the
-    per-item values go beside it, to core_items.json, so that arms can be paired item by item.
+    per-item values go beside it (items_path: core_items.json beside eval.json), so that arms can be
+    paired item by item.
     Scored in the precision policy of training (bf16 autocast on CUDA, fp32 elsewhere).
     """
 
@@ -86,6 +93,7 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
     if batch_tokens is not None and (not isinstance(batch_tokens, int) or batch_tokens < 1):
         raise ValueError(f"batch_tokens must be a positive integer, got {batch_tokens!r}")
     out = check_merge_target(out or Path(run_dir) / "eval.json")
+    items_out = check_out(items_path(out), "core items")
     core_bundle = load_bundle(resolve_bundle(bundle))  # a bad bundle fails before the model loads
     device = autodetect_device(device)
     batch_tokens = default_batch_tokens(device) if batch_tokens is None else batch_tokens
@@ -97,7 +105,7 @@ def evaluate_run_core(run_dir, bundle=None, max_per_task: int | None = None, out
             res = evaluate_core(core_bundle, tokenizer, model_scorer(model), config.model.sequence_len, device,
                                 max_per_task=max_per_task, max_batch_tokens=batch_tokens)
         items = {label: t.pop("items") for label, t in res["tasks"].items()}
-        atomic_write_json(out.with_name("core_items.json"), {"max_per_task": max_per_task, "tasks": items})
+        atomic_write_json(items_out, {"max_per_task": max_per_task, "tasks": items})
         # every result of evaluate_core goes in as it is (a new metric there needs nothing here),
         # the settings it ran with under core_detail
         detail = {k: res.pop(k) for k in ("max_per_task", "max_len", "bundle")}
