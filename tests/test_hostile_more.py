@@ -151,3 +151,24 @@ def test_pipeline_status_of_a_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--study", "smoke", "--status", "--results", str(tmp_path / "file")])
     assert exc.value.code == 2 and str(tmp_path / "file") in capsys.readouterr().err
+
+
+# -----------------------------------------------------------------------------
+# torchrun's environment and a world size no node has
+
+
+@pytest.mark.parametrize("env,named", [(dict(RANK="abc", LOCAL_RANK="0", WORLD_SIZE="1"), "$RANK='abc'"),
+                                       (dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="0"), "$WORLD_SIZE=0"),
+                                       (dict(RANK="3", LOCAL_RANK="0", WORLD_SIZE="2"), "RANK < WORLD_SIZE")])
+def test_a_rank_torchrun_would_never_set_is_named(env, named, monkeypatch):
+    from xsa.common import dist_info
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=named.replace("$", r"\$")):
+        dist_info()
+
+
+def test_memory_of_a_huge_world_answers_at_once():
+    from xsa.memory import per_rank
+    small, huge = per_rank("d12", 8, after=True), per_rank("d12", 10**11, after=True)
+    assert huge["weights"] == small["weights"] and huge["adamw"] <= small["adamw"]  # each rank holds at most one

@@ -54,9 +54,19 @@ def device_name(device: torch.device) -> str:
 
 def dist_info() -> tuple[bool, int, int, int]:
     """(is_ddp, rank, local_rank, world_size) from torchrun's environment."""
-    if all(k in os.environ for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")):
-        return True, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-    return False, 0, 0, 1
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+    if not all(k in os.environ for k in names):
+        return False, 0, 0, 1
+    values = {}
+    for k in names:  # a value torchrun would never set names its variable, not int()'s message
+        try:
+            values[k] = int(os.environ[k])
+        except ValueError:
+            raise ValueError(f"${k}={os.environ[k]!r} is not a whole number (torchrun sets it)") from None
+    if values["WORLD_SIZE"] < 1 or not 0 <= values["RANK"] < values["WORLD_SIZE"] or values["LOCAL_RANK"] < 0:
+        raise ValueError(f"$RANK={values['RANK']}, $LOCAL_RANK={values['LOCAL_RANK']}, $WORLD_SIZE="
+                         f"{values['WORLD_SIZE']}: need 0 <= RANK < WORLD_SIZE and LOCAL_RANK >= 0")
+    return True, values["RANK"], values["LOCAL_RANK"], values["WORLD_SIZE"]
 
 
 def print0(*args, **kwargs):

@@ -43,11 +43,12 @@ def per_rank(preset: str, world: int, after: bool) -> dict[str, float]:
     weights = sum(size[n] * s.numel() for n, shapes in groups.items() for s in shapes)
     moments = [2 * size[n] * s.numel() for n, s in adam]
     if after:  # parameter j on rank j % world: the rank with the largest share
-        adamw = max(sum(moments[j] for j in range(r, len(moments), world)) for r in range(world))
+        adamw = max(sum(moments[j] for j in range(r, len(moments), world)) for r in range(min(world, len(moments))))
     else:
         adamw = sum(moments)
     muon_each = [4 * (s.numel() + torch.Size(second_moment_shape(s)).numel()) for s in groups["matrix"]]
-    muon = max(sum(muon_each[i] for i in range(r, len(muon_each), world)) for r in range(world))
+    # ranks past the number of tensors hold none: the most loaded is among the first (a huge world ends at once)
+    muon = max(sum(muon_each[i] for i in range(r, len(muon_each), world)) for r in range(min(world, len(muon_each))))
     out = dict(weights=weights, grads=weights, adamw=adamw, muon=muon)
     out["total"] = sum(out.values())
     return out
