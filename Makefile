@@ -82,7 +82,7 @@ paper: setup tcmalloc browser
 	@$(SHARDS_PASS)
 	$(PIPELINE) --stages paper
 
-# an adaptive study (xsa/design.py, e.g. STUDY=robust) declares more runs as its records land:
+# an adaptive study (xsa/studies/rules.py, e.g. STUDY=robust) declares more runs as its records land:
 # passes over it until every declared run is trained (a failing pass stops it; rerun to resume)
 study: setup tcmalloc
 	$(PIPELINE) --stages validation data
@@ -104,7 +104,7 @@ report: setup browser
 # part-way resumes), then CORE, SFT, ChatCORE, diagnostics and throughput as one pipeline shard per
 # GPU (the trained runs are found done and skipped), then the paper. NGPU=<n> and DEVICE_BATCH=<rows>
 # (e.g. 8 for d24-nanochat on 80 GB) where the defaults do not fit. GPU_STUDY=d12-test tests the scale
-# study's d12 prediction instead: d12 pairs until its precision rule stops (xsa/study_scale.py).
+# study's d12 prediction instead: d12 pairs until its precision rule stops (xsa/studies/scale.py).
 # GPU_STUDY, NGPU and DEVICE_BATCH reach the shell as environment variables, quoted, never as command text;
 # NGPU defaults to the GPUs nvidia-smi lists. The GPUs are checked first (torch's CUDA build sees NGPU of
 # them and runs on each: xsa.gpu_study --check), and every training and stage command is told

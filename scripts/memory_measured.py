@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from xsa.model import GPT
-from xsa.optim import muon_update
-from xsa.presets import make_config
-from xsa.step import Step
+from xsa.stack.model import GPT
+from xsa.stack.optim import muon_update
+from xsa.stack.presets import make_config
+from xsa.stack.step import Step
 
 GPU_PRESETS = ("d12", "d24", "d12-nanochat", "d24-nanochat")
 META = torch.device("meta")

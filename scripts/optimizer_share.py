@@ -33,10 +33,10 @@ import torch
 import torch._inductor.config as inductor_config
 from torch.profiler import ProfilerActivity, profile
 
-from xsa.model import GPT
-from xsa.optim import Muon, muon_update
-from xsa.presets import make_config
-from xsa.step import Step
+from xsa.stack.model import GPT
+from xsa.stack.optim import Muon, muon_update
+from xsa.stack.presets import make_config
+from xsa.stack.step import Step
 
 
 # operators that only make a view or allocate, or the profiler's own: no kernel on a GPU

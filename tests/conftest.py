@@ -45,7 +45,7 @@ def bundle():
 
 def train_smoke(out, data_dir, max_steps=None, **overrides):
     """A quiet smoke run of `overrides` into `out` (the summary)."""
-    from xsa.presets import make_config
+    from xsa.stack.presets import make_config
     from xsa.train import train
     return train(make_config("smoke", **{**QUIET, **overrides}), out, data_dir=data_dir, max_steps=max_steps,
                  progress=False)

@@ -1,17 +1,17 @@
-"""The chunked loss (TrainConfig.loss_chunk, xsa/loss.py): the default path's loss and gradients to
+"""The chunked loss (TrainConfig.loss_chunk, xsa/stack/loss.py): the default path's loss and gradients to
 float rounding, eager and compiled, and a default that leaves the training forward untouched."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import xsa.loss
-from xsa.config import ConfigError, TrainConfig
-from xsa.presets import make_config
-from xsa.model import GPT
-from xsa.records import REPO_ROOT, read_json
-from xsa.spec import Run
-from xsa.step import Step
+import xsa.stack.loss
+from xsa.stack.config import ConfigError, TrainConfig
+from xsa.stack.presets import make_config
+from xsa.stack.model import GPT
+from xsa.runs.records import REPO_ROOT, read_json
+from xsa.stack.spec import Run
+from xsa.stack.step import Step
 
 # gradients: |chunked - default| <= RTOL * |default| + ATOL_FRAC * (largest |gradient| of the model)
 RTOL, ATOL_FRAC = 1e-4, 1e-5
@@ -84,7 +84,7 @@ def test_default_leaves_the_training_forward_as_it_was(monkeypatch):
 
     def refuse(*args, **kwargs):
         raise AssertionError("the default path ran the chunked loss")
-    monkeypatch.setattr(xsa.loss.ChunkedSoftcapCrossEntropy, "apply", refuse)
+    monkeypatch.setattr(xsa.stack.loss.ChunkedSoftcapCrossEntropy, "apply", refuse)
     logits = model(x)
     ref = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), ignore_index=-1)
     model.zero_grad(set_to_none=True)

@@ -31,7 +31,7 @@ def test_progress_is_kept_at_its_last_state_and_a_run_keeps_no_image(stage):
 
 
 def test_rewriting_the_kept_records_is_done_once(tmp_path, capsys):
-    from xsa.paper import stable_notebook
+    from xsa.report.export import stable_notebook
     path = tmp_path / "executed" / "default" / "01_train" / "run.ipynb"
     path.parent.mkdir(parents=True)
     path.write_text(stable_notebook(_notebook("train")))

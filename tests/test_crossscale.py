@@ -7,8 +7,8 @@ import pytest
 from xsa.report.crossscale import cross_scale_rows, cross_scale_table, fig_cross_scale
 from xsa.report.published import PUBLISHED
 from xsa.report.scale import scale_book
-from xsa.records import REPO_ROOT
-from xsa.studies import SEED_PAPER, get_study
+from xsa.runs.records import REPO_ROOT
+from xsa.studies.registry import SEED_PAPER, get_study
 
 
 @pytest.fixture(scope="module")

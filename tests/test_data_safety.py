@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from xsa.config import DATA_SUBSETS
-from xsa.presets import make_config
+from xsa.stack.config import DATA_SUBSETS
+from xsa.stack.presets import make_config
 from xsa.data import build as build_mod
 from xsa.data import climbmix, ensure_data
 from xsa.data import __main__ as data_main
@@ -233,7 +233,7 @@ def test_shards_for_tokens():
 
 
 def test_preset_horizon_and_shard_count(monkeypatch):
-    from xsa.config import RECIPES
+    from xsa.stack.config import RECIPES
     for preset in ("d12", "d24"):
         horizons = [make_config(preset, recipe=r).num_tokens for r in RECIPES]
         assert climbmix.preset_tokens(preset) == max(horizons)

@@ -1,13 +1,13 @@
-"""The adaptive rules of the robust study (xsa/design.py) on records made up for the test: the LR
+"""The adaptive rules of the robust study (xsa/studies/rules.py) on records made up for the test: the LR
 grid extends while its best value sits at an end, the precision rule adds seeds until the interval
 is narrow enough or the maximum is reached, and the study declares each step once its rule decided."""
 
 import math
 
-from xsa.design import LRRule, PrecisionRule, final_bpb
-from xsa.records import atomic_write_json
-from xsa.spec import Arm
-from xsa.studies import PICK, PICK_HEADS, PRECISION, get_study
+from xsa.studies.rules import LRRule, PrecisionRule, final_bpb
+from xsa.runs.records import atomic_write_json
+from xsa.stack.spec import Arm
+from xsa.studies.registry import PICK, PICK_HEADS, PRECISION, get_study
 
 
 def _record(results, run, bpb, complete=True):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from conftest import QUIET
-from xsa.config import ConfigError
-from xsa.presets import make_config
+from xsa.stack.config import ConfigError
+from xsa.stack.presets import make_config
 from xsa.data.loader import val_batches
 from xsa.train import main, train
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from xsa.presets import make_config
+from xsa.stack.presets import make_config
 from xsa.diagnostics import (METRICS, attention_entropy, attention_probs, capture_stats, diagnostics_snapshot,
                              diagonal_mass, expand_kv, main, plot_head_heatmap, plot_layer_curves, self_cosine,
                              value_cosine)
-from xsa.model import GPT
+from xsa.stack.model import GPT
 
 
 def smoke_model(**overrides) -> GPT:
@@ -204,7 +204,7 @@ def test_cli_names_a_missing_run(tmp_path, capsys):
 def test_notebook_is_stored_clean_and_runs(tiny_run, tmp_path):
     import nbformat
     import papermill as pm
-    from xsa.records import REPO_ROOT
+    from xsa.runs.records import REPO_ROOT
     path = REPO_ROOT / "notebooks" / "03_diagnostics.ipynb"
     nb = nbformat.read(str(path), as_version=4)
     assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)

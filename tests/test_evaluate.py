@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from xsa.config import GPTConfig
+from xsa.stack.config import GPTConfig
 from xsa.evaluate import core
 from xsa.data.bundle import BundleError, load_bundle, read_task_file
-from xsa.model import GPT
+from xsa.stack.model import GPT
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BUNDLE = REPO.parent / "shared" / "eval_bundle"
@@ -318,7 +318,7 @@ def test_cli_help():
 
 def test_cli_merges_core_into_eval_json(tmp_path):
     from xsa.data import ensure_data
-    from xsa.presets import make_config
+    from xsa.stack.presets import make_config
     from xsa.evaluate.__main__ import main
     from xsa.train import train
 
@@ -388,7 +388,7 @@ def _zip_bundle(tmp_path) -> Path:
 
 def test_download_unpacks_once_and_checks_the_checksum(tmp_path, monkeypatch):
     from xsa.data.bundle import download_bundle
-    from xsa.records import sha256_file
+    from xsa.runs.records import sha256_file
     zpath = _zip_bundle(tmp_path)
     monkeypatch.setenv("XSA_EVAL_BUNDLE_SHA256", "0" * 64)
     with pytest.raises(BundleError, match="sha256"):

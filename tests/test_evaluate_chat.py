@@ -8,10 +8,10 @@ import zipfile
 import pytest
 import torch
 
-from xsa.presets import make_config
+from xsa.stack.presets import make_config
 from xsa.evaluate import chat, sft, sft_data
 from conftest import TOK
-from xsa.model import GPT
+from xsa.stack.model import GPT
 
 
 
@@ -145,7 +145,7 @@ def _padded_model():
 
 
 def test_padded_prefill_gives_each_row_its_own_logits():
-    from xsa.model import KVCache
+    from xsa.stack.model import KVCache
     model, g = _padded_model(), torch.Generator().manual_seed(0)
     c = model.config
     prompts = [torch.randint(0, c.vocab_size, (n,), generator=g).tolist() for n in (3, 9, 14)]
@@ -186,7 +186,7 @@ def test_generate_replies_keeps_question_order_at_any_batch_size():
 
 def test_decode_speed_compares_alone_with_batched_and_refuses_bad_sizes(capsys):
     from xsa.evaluate import decode_speed
-    from xsa.gpu_parts import Check, decode_part
+    from xsa.gpu.parts import Check, decode_part
     res = decode_speed.measure("smoke", torch.device("cpu"), questions=3, tokens=4, gen_batch=2)
     assert res["replies_agree"] == 1.0 and res["autocast"] == "None"  # fp32 on a CPU: every reply the same
     assert res["tokens_per_s_alone"] > 0 and res["speedup"] > 0

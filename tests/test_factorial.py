@@ -13,8 +13,8 @@ from xsa.factorial import analysis as A
 from xsa.factorial import models as M
 from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
 from xsa.factorial.steps import condition_multiples, steps_to_reach
-from xsa.studies import get_study
-from xsa.study import xsa_pair
+from xsa.studies.registry import get_study
+from xsa.studies.kinds import xsa_pair
 
 
 def _write(results, run, bpb):
@@ -45,7 +45,7 @@ def steps_account(cfg):
 
 
 def tokens_account(cfg):
-    from xsa.presets import scaling_params
+    from xsa.stack.presets import scaling_params
     return -0.006 - 0.004 * math.log2(cfg.num_tokens / scaling_params(cfg.model) / 3.43)
 
 
@@ -171,7 +171,7 @@ def test_the_d12_rule_can_reject_the_cpu_statement_either_way():
 
 
 def test_the_d12_test_runs_both_arms_at_two_rates_and_sizes_itself_from_its_own_pairs(tmp_path):
-    from xsa.study_scale import D12_TEST, d12_pairs
+    from xsa.studies.scale import D12_TEST, d12_pairs
     study = get_study("d12-test", tmp_path)
     pairs = d12_pairs()
     assert len(pairs) == 2 and pairs[1].a.get("matrix_lr") == 2 * pairs[0].a.get("matrix_lr")

@@ -1,4 +1,4 @@
-"""The GPU quick check (xsa/gpu_check.py, xsa/gpu_parts.py) can fail: its resume part goes through
+"""The GPU quick check (xsa/gpu_check.py, xsa/gpu/parts.py) can fail: its resume part goes through
 the checkpoint code and rejects a resume that lost the optimizer state; bad arguments are exit-2
 errors before any work; a dry run writes outside the repository."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import xsa.checkpoint as ckpt
+import xsa.stack.checkpoint as ckpt
 from xsa.gpu_check import main
-from xsa.gpu_parts import Arm, Check, Timer, resume_part
+from xsa.gpu.parts import Arm, Check, Timer, resume_part
 
 REPO = Path(__file__).resolve().parents[1]
 

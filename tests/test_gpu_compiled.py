@@ -29,9 +29,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xsa.presets import make_config
-from xsa.model import GPT
-from xsa.records import read_jsonl
+from xsa.stack.presets import make_config
+from xsa.stack.model import GPT
+from xsa.runs.records import read_jsonl
 from xsa.train import train
 
 from conftest import QUIET, train_smoke
@@ -72,7 +72,7 @@ def _graphs() -> int:
 @pytest.mark.parametrize("threads", THREADS, indirect=True)
 def test_bf16_compiled_matches_fp32_eager(trained, smoke_data, threads):
     from xsa.data.loader import val_batches
-    from xsa.step import Step
+    from xsa.stack.step import Step
     torch._dynamo.reset()
     cfg = make_config("smoke", xsa_alpha=1.0, gpu_path=True, **QUIET)
     x, y = next(iter(val_batches(smoke_data, batch_size=4, seq_len=64, max_tokens=256, device="cpu")))

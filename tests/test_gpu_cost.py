@@ -1,11 +1,11 @@
-"""The GPU cost estimate (xsa/gpu_cost.py) the paper prints for the d12 test: FLOPs counted on the
+"""The GPU cost estimate (xsa/gpu/cost.py) the paper prints for the d12 test: FLOPs counted on the
 meta device are those of a real model, time falls as MFU rises, and pairs add linearly to the data build."""
 
 import pytest
 
-from xsa import gpu_cost
-from xsa.model import GPT
-from xsa.presets import make_config
+from xsa.gpu import cost as gpu_cost
+from xsa.stack.model import GPT
+from xsa.stack.presets import make_config
 
 
 def test_flops_on_the_meta_device_are_the_real_models():

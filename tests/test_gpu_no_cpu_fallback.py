@@ -18,7 +18,7 @@ import xsa.gpu_check as gc
 import xsa.gpu_study as gs
 import xsa.train as t
 from xsa.pipeline import main as pipeline_main
-from xsa.studies import STUDIES
+from xsa.studies.registry import STUDIES
 
 REPO = Path(__file__).resolve().parents[1]
 TOO_OLD = ("CUDA initialization: The NVIDIA driver on your system is too old (found version 12020). Please "

@@ -1,5 +1,5 @@
 """The CUDA code path, run on a CPU: `gpu_path=True` turns on what CUDA always gets (torch.compile of
-the model and bf16 autocast, xsa/step.py Precision). The smoke preset trains through it, checkpoints,
+the model and bf16 autocast, xsa/stack/step.py Precision). The smoke preset trains through it, checkpoints,
 resumes bit for bit, lands near the fp32 run, and keeps XSA's output orthogonal to the token's value
 under autocast. This catches a graph break, a dtype mismatch or a recompile per step before a GPU
 user does."""
@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xsa.presets import make_config
-from xsa.model import GPT, xsa_project
-from xsa.records import read_jsonl
-from xsa.step import Precision
+from xsa.stack.presets import make_config
+from xsa.stack.model import GPT, xsa_project
+from xsa.runs.records import read_jsonl
+from xsa.stack.step import Precision
 from xsa.train import train
 
 from conftest import QUIET, kill_during

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-import xsa.checkpoint as ckpt
-from xsa.gpu_parts import RESUME_MIN_TOL, RESUME_NOISE_MULT, Arm, Check, Timer, resume_part
-from xsa.optim import Muon
+import xsa.stack.checkpoint as ckpt
+from xsa.gpu.parts import RESUME_MIN_TOL, RESUME_NOISE_MULT, Arm, Check, Timer, resume_part
+from xsa.stack.optim import Muon
 
 NOISE = 1e-6
 

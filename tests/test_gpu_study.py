@@ -7,8 +7,8 @@ import pytest
 
 import xsa.gpu_study as gs
 import xsa.train as t
-from xsa.spec import Run
-from xsa.studies import STUDIES
+from xsa.stack.spec import Run
+from xsa.studies.registry import STUDIES
 
 
 def test_commands_train_the_studys_runs_under_their_ids(monkeypatch, tmp_path):
@@ -26,7 +26,7 @@ def test_commands_train_the_studys_runs_under_their_ids(monkeypatch, tmp_path):
 
 
 def test_finished_runs_are_skipped_and_started_ones_resumed(monkeypatch, tmp_path):
-    from xsa.layout import Layout
+    from xsa.runs.layout import Layout
     study = STUDIES["gpu"]()
     monkeypatch.setattr("xsa.gpu_study.default_layout", lambda name: Layout(tmp_path, tmp_path / "paper", name))
     first, second = study.runs[:2]

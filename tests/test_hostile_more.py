@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, train_smoke
 from test_evaluate import synthetic_tasks, write_bundle
 
-from xsa.records import read_json
+from xsa.runs.records import read_json
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_pipeline_status_of_a_file(tmp_path, capsys):
                                        (dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="0"), "$WORLD_SIZE=0"),
                                        (dict(RANK="3", LOCAL_RANK="0", WORLD_SIZE="2"), "RANK < WORLD_SIZE")])
 def test_a_rank_torchrun_would_never_set_is_named(env, named, monkeypatch):
-    from xsa.common import dist_info
+    from xsa.stack.common import dist_info
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with pytest.raises(ValueError, match=named.replace("$", r"\$")):

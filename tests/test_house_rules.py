@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from xsa.layers import LAYERS, layer_of
-from xsa.records import REPO_ROOT
+from xsa.runs.records import REPO_ROOT
 
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
@@ -311,3 +311,14 @@ def test_every_test_the_readmes_extending_table_names_exists():
     for path, name in named:
         source = (REPO_ROOT / path).read_text()
         assert not name or f"def {name}(" in source, f"README, Extending: {path}::{name} does not exist"
+
+
+def test_the_top_level_keeps_its_commands_and_at_most_15_modules():
+    """The package's top level holds its commands (and the few modules every wing reads); the rest is in
+    wings, one folder a subject, each with a docstring saying what it holds."""
+    top = sorted(p.stem for p in (REPO_ROOT / "xsa").glob("*.py"))
+    assert len(top) <= 15, top
+    wings = [p for p in (REPO_ROOT / "xsa").iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    assert {"stack", "runs", "studies", "gpu", "report", "data", "evaluate", "factorial"} <= {w.name for w in wings}
+    for wing in wings:
+        assert ast.get_docstring(ast.parse((wing / "__init__.py").read_text())), f"xsa/{wing.name}/ says what it holds"

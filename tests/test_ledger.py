@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shutil
 
-from xsa.records import REPO_ROOT
+from xsa.runs.records import REPO_ROOT
 from xsa.report import ledger
 from xsa.report.integrity import bound, known_runs
-from xsa.studies import get_study
+from xsa.studies.registry import get_study
 
 RESULTS = REPO_ROOT / "results"
 

@@ -9,11 +9,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from xsa.presets import make_config
+from xsa.stack.presets import make_config
 from xsa.memory import per_rank
-from xsa.model import GPT, build
-from xsa.optim import AdamW
-from xsa.step import Step
+from xsa.stack.model import GPT, build
+from xsa.stack.optim import AdamW
+from xsa.stack.step import Step
 
 
 def test_meta_build_initialises_every_tensor():

@@ -3,10 +3,12 @@
 import pytest
 import torch
 
-from xsa import config, validation
-from xsa.config import ConfigError, GPTConfig
-from xsa.presets import make_config
-from xsa.model import GPT, xsa_project
+from xsa.stack import config
+
+from xsa import validation
+from xsa.stack.config import ConfigError, GPTConfig
+from xsa.stack.presets import make_config
+from xsa.stack.model import GPT, xsa_project
 
 
 @pytest.mark.parametrize("check", validation.CHECKS, ids=lambda c: c.__name__)
@@ -22,7 +24,7 @@ def test_every_registered_variant_decodes_with_the_kv_cache_as_it_trains(variant
 
 
 def test_validation_decodes_every_registered_variant_with_the_kv_cache(monkeypatch):
-    from xsa import model
+    from xsa.stack import model
 
     def damp(y, v, alpha):  # a variant of the token's own values: it keeps the contract
         return (1 - alpha) * y
@@ -37,7 +39,7 @@ def test_validation_decodes_every_registered_variant_with_the_kv_cache(monkeypat
 def test_the_kv_cache_check_catches_a_variant_that_reads_other_tokens(monkeypatch):
     """XSA against the running mean of the values trains as intended but decodes wrongly with the
     cache (a new token sees only its own value): the validation stage fails it."""
-    from xsa import model
+    from xsa.stack import model
 
     def running_mean(y, v, alpha):
         mean = v.cumsum(1) / torch.arange(1, v.size(1) + 1, dtype=v.dtype).view(1, -1, 1, 1)

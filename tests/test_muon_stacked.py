@@ -1,4 +1,4 @@
-"""Muon stacked by shape (xsa/optim.py, the GPU presets' muon_stacked) against the per-matrix
+"""Muon stacked by shape (xsa/stack/optim.py, the GPU presets' muon_stacked) against the per-matrix
 update the committed runs trained with: eager, compiled, and on two gloo ranks."""
 
 import os
@@ -10,9 +10,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.profiler import ProfilerActivity, profile
 
-from xsa.config import GPTConfig
-from xsa.model import GPT
-from xsa.optim import Muon
+from xsa.stack.config import GPTConfig
+from xsa.stack.model import GPT
+from xsa.stack.optim import Muon
 
 # three updates at changing scheduled values, as the trainer drives them
 SCHEDULE = [(0.02, 0.85, 0.28), (0.018, 0.87, 0.2), (0.015, 0.9, 0.1)]
@@ -139,8 +139,8 @@ def test_stacked_on_two_ranks_matches_one_process(tmp_path):
 
 
 def test_build_optimizers_stacks_for_the_gpu_presets():
-    from xsa.presets import make_config
-    from xsa.optim import build_optimizers
+    from xsa.stack.presets import make_config
+    from xsa.stack.optim import build_optimizers
     assert make_config("d12").muon_stacked and not make_config("cpu-w64-d4").muon_stacked
     cfg = make_config("smoke", muon_stacked=True)
     muon = build_optimizers(GPT(cfg.model), cfg)[-1]

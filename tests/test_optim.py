@@ -1,12 +1,12 @@
-"""Muon's orthogonalisation, the Muon update, and the optimizer split (xsa/optim.py)."""
+"""Muon's orthogonalisation, the Muon update, and the optimizer split (xsa/stack/optim.py)."""
 
 import numpy as np
 import pytest
 import torch
 
-from xsa.presets import make_config
-from xsa.model import GPT
-from xsa.optim import (POLAR_EXPRESS_COEFFS, QUINTIC_COEFFS, Muon, build_optimizers, normuon_scale,
+from xsa.stack.presets import make_config
+from xsa.stack.model import GPT
+from xsa.stack.optim import (POLAR_EXPRESS_COEFFS, QUINTIC_COEFFS, Muon, build_optimizers, normuon_scale,
                         orthogonalize)
 
 SCHEDULES = {"quintic": ([QUINTIC_COEFFS] * 5, 1.0), "polar_express": (POLAR_EXPRESS_COEFFS, 1.01)}
@@ -155,7 +155,7 @@ def test_build_optimizers_covers_every_parameter_once(optimizer):
 
 def test_batch_and_weight_decay_scaling_rules():
     """nanochat's base_train rules: every LR x sqrt(B / 2^19); Muon wd x sqrt(B / 2^19) x D_d12 / D."""
-    from xsa.optim import lr_scales, muon_weight_decay
+    from xsa.stack.optim import lr_scales, muon_weight_decay
     d12, d24 = make_config("d12-nanochat"), make_config("d24-nanochat")
     assert lr_scales(d12) == (1.0, 1.0) and muon_weight_decay(d12) == pytest.approx(0.28)  # the reference
     batch, _ = lr_scales(d24)

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from xsa.presets import make_config
+from xsa.stack.presets import make_config
 from xsa.data.loader import TokenLoader
 from xsa.data.packing import best_fit, documents
 from xsa.data.tokenizer import Tokenizer
@@ -125,7 +125,7 @@ def test_a_smaller_climbmix_build_is_refused_unless_asked_to_repeat(tmp_path, mo
 def test_build_sized_by_the_study(tmp_path):
     from xsa.data import climbmix
     from xsa.data.__main__ import _build_plan, parser
-    from xsa.studies import STUDIES
+    from xsa.studies.registry import STUDIES
     subset, _, tokens = _build_plan(parser().parse_args(["build", "--study", "gpu", "--data-dir", str(tmp_path / "d")]))
     d24 = make_config("d24")
     assert subset == "climbmix" and tokens == climbmix.study_tokens(STUDIES["gpu"]()) == climbmix.tokens_read(d24)

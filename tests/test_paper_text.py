@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from xsa import report
-from xsa.records import REPO_ROOT, atomic_write_json
+from xsa.runs.records import REPO_ROOT, atomic_write_json
 from xsa.report.estimates import Book, read_estimates
 from xsa.report.writing import StaleClaim, render, template_for
-from xsa.studies import Study, get_study
+from xsa.studies.registry import Study, get_study
 
 from test_robustness import rob, robust_records, whole
 
@@ -178,8 +178,8 @@ def test_the_readme_states_the_answer_as_the_estimates_file_has_it():
 def test_the_readme_states_each_studys_status_as_the_records_have_it():
     """The README's first screen says of each study what its records say: finished only when every
     declared run has a finished record, with the counts of the estimates file."""
-    from xsa.jobs import trained
-    from xsa.studies import get_study
+    from xsa.runs.jobs import trained
+    from xsa.studies.registry import get_study
     head = " ".join((REPO_ROOT / "README.md").read_text().splitlines()[:40])
     s = read_estimates(ESTIMATES / "scale.json")
     done, declared = s["runs_done"].value, s["runs_declared"].value
@@ -323,7 +323,7 @@ def _paper_to_export(tmp_path, pdf: bytes):
 
 
 def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_runs(tmp_path, monkeypatch):
-    from xsa import paper
+    from xsa.report import export as paper
     executed, out_dir = _paper_to_export(tmp_path, b"%PDF- an older build")
     monkeypatch.setattr(paper, "pdf_engine", lambda: None)
     out = paper.export_paper(executed, out_dir)
@@ -340,7 +340,7 @@ def test_without_a_pdf_engine_no_older_pdf_is_left_and_the_date_is_the_papers_ru
 def test_without_a_pdf_engine_a_committed_pdf_is_kept_and_said_so(tmp_path, monkeypatch):
     import subprocess
 
-    from xsa import paper
+    from xsa.report import export as paper
     executed, out_dir = _paper_to_export(tmp_path, b"%PDF- the committed build")
     git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
                                     check=True, capture_output=True)

@@ -1,4 +1,4 @@
-"""The scale study's model (xsa/predict.py): it recovers known coefficients, its intervals widen with
+"""The scale study's model (xsa/studies/predict.py): it recovers known coefficients, its intervals widen with
 the between-condition variance, and it refuses to fit before every axis varies."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from xsa.predict import Condition, design_row, fit, pairs_to_test
+from xsa.studies.predict import Condition, design_row, fit, pairs_to_test
 
 TRUE = np.array([-0.006, 0.001, 0.0005, -0.0008])  # b0, bH, bD, bT
 

@@ -1,4 +1,4 @@
-"""The nanochat recipes (xsa/config.py RECIPES): each piece numerically. Smear and backout at lambda
+"""The nanochat recipes (xsa/stack/config.py RECIPES): each piece numerically. Smear and backout at lambda
 0 are the identity, every schedule at its breakpoints, the initialisation per tensor."""
 
 import dataclasses
@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 import torch
 
-from xsa.config import RECIPES
-from xsa.presets import make_config
-from xsa.model import GPT
-from xsa.step import lr_multiplier, muon_momentum, weight_decay_multiplier
+from xsa.stack.config import RECIPES
+from xsa.stack.presets import make_config
+from xsa.stack.model import GPT
+from xsa.stack.step import lr_multiplier, muon_momentum, weight_decay_multiplier
 
 SHAPE = dict(sequence_len=32, vocab_size=4096, n_layer=4, n_head=4, n_kv_head=4, n_embd=256)
 

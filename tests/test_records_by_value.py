@@ -1,5 +1,5 @@
 """Run records are compared by value: a config field added with a default that reproduces the old
-behaviour (the rule in xsa/config.py) keeps every committed run, its CORE and diagnostics records up
+behaviour (the rule in xsa/stack/config.py) keeps every committed run, its CORE and diagnostics records up
 to date, and the report's tables byte-identical."""
 
 import dataclasses
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-import xsa.config as config
-from xsa.jobs import Context, is_done, jobs_for, recorded_config
-from xsa.layout import default_layout
-from xsa.presets import make_config
-from xsa.records import REPO_ROOT, read_json
-from xsa.spec import Run
-from xsa.studies import get_study
+import xsa.stack.config as config
+from xsa.runs.jobs import Context, is_done, jobs_for, recorded_config
+from xsa.runs.layout import default_layout
+from xsa.stack.presets import make_config
+from xsa.runs.records import REPO_ROOT, read_json
+from xsa.stack.spec import Run
+from xsa.studies.registry import get_study
 
 RUNS = REPO_ROOT / "results" / "runs"
 COMMITTED = sorted(p for p in RUNS.glob("*") if (p / "config.json").exists() and not p.name.startswith("smoke"))

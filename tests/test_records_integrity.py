@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from xsa import report
-from xsa.records import REPO_ROOT, check_steps, read_jsonl
+from xsa.runs.records import REPO_ROOT, check_steps, read_jsonl
 from xsa.report.integrity import check_records, validate
-from xsa.studies import get_study
+from xsa.studies.registry import get_study
 
 STUDY = get_study("default")
 RUN = "cpu-w64-d4_xsa1_s3"  # a scored run of the primary comparison

@@ -5,11 +5,11 @@ import math
 import pytest
 
 from xsa import report
-from xsa.records import atomic_write_json, append_jsonl
+from xsa.runs.records import atomic_write_json, append_jsonl
 from xsa.report.notes import machine_warnings
 from xsa.stats import Interval, mean_ci, t_critical
-from xsa.spec import Arm, Run
-from xsa.studies import Claim, Contrast, Paired, Study, Sweep, xsa_pair
+from xsa.stack.spec import Arm, Run
+from xsa.studies.registry import Claim, Contrast, Paired, Study, Sweep, xsa_pair
 
 SMOKE = xsa_pair("smoke")
 
@@ -314,7 +314,7 @@ def test_executed_notebooks_and_pdf_are_stable(tmp_path):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from xsa.paper import date_pdf, stable_notebook
+    from xsa.report.export import date_pdf, stable_notebook
     cell = new_code_cell(f'results_dir = "{tmp_path}/results"', id="0123abcd")
     cell.metadata.update(tags=["injected-parameters"], execution={"iopub.status.idle": "2026-12-01T20:41:02Z"},
                          papermill={"duration": 0.1, "start_time": "x", "end_time": "y", "status": "completed"})
@@ -329,7 +329,7 @@ def test_executed_notebooks_and_pdf_are_stable(tmp_path):
     when = datetime.datetime(2026, 12, 1, 9, 40, 3, tzinfo=datetime.timezone.utc)
     out = date_pdf(pdf, when)
     assert len(out) == len(pdf) and out.count(b"D:20261201094003+00'00'") == 2
-    from xsa.paper import renumber_nodes  # chromium's structure ids start where its counter happens to be
+    from xsa.report.export import renumber_nodes  # chromium's structure ids start where its counter happens to be
     first, second = (b"/ID (node%08d) /K (node%08d) /ID (node%08d)" % (k, k + 1, k) for k in (180, 181))
     assert renumber_nodes(first) == renumber_nodes(second) == b"/ID (node00000000) /K (node00000001) /ID (node00000000)"
 
@@ -372,7 +372,7 @@ def test_reproduce_judges_a_drift_against_the_effects_it_could_move(tmp_path):
 
 
 def test_cpu_identity_tells_machines_apart():
-    from xsa.records import cpu_identity, cpu_key
+    from xsa.runs.records import cpu_identity, cpu_key
     ident = cpu_identity()
     assert set(ident) == {"vendor", "family", "model", "stepping", "flags", "torch_capability"}
     other = {**ident, "stepping": "99"}
@@ -395,12 +395,12 @@ def test_machine_warning_when_the_arms_of_a_seed_differ(results, study):
 def test_the_paper_notebook_finds_the_records_from_any_folder():
     import nbformat
 
-    from xsa.records import REPO_ROOT
+    from xsa.runs.records import REPO_ROOT
     nb = nbformat.read(REPO_ROOT / "notebooks" / "05_paper.ipynb", as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     assert "results_dir = None" in params.source  # resolved from the package (default_layout), not the cwd
     assert "default_layout" in "".join(c.source for c in nb.cells)
-    from xsa.studies import STUDIES
+    from xsa.studies.registry import STUDIES
     study_line = next(line for line in params.source.splitlines() if line.startswith("study ="))
     assert all(name in study_line for name in STUDIES), "the parameter's comment names every study"
 
@@ -411,7 +411,7 @@ def test_a_noop_report_leaves_every_committed_output_unchanged():
     import subprocess
     import sys
 
-    from xsa.records import REPO_ROOT
+    from xsa.runs.records import REPO_ROOT
     paths = ["results", "paper"]
     git = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True)
     if git("rev-parse").returncode != 0:
@@ -431,7 +431,7 @@ def test_every_comparison_kind_works_in_every_place(results, study):
     import dataclasses
 
     from xsa import report
-    from xsa.studies import Contrast, Paired, Sweep, Versus
+    from xsa.studies.registry import Contrast, Paired, Sweep, Versus
     extra = Paired("smoke again", SMOKE.a, SMOKE.b)
     versus = Versus("smoke versus", SMOKE.a, (SMOKE.b,))
     mixed = dataclasses.replace(study, comparisons=(extra, versus, Contrast("twice", SMOKE, extra)))

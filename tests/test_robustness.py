@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from xsa.records import append_jsonl, atomic_write_json
+from xsa.runs.records import append_jsonl, atomic_write_json
 from xsa.report.integrity import RecordError
 from xsa.report.robust import robustness
 from xsa.stats import holm, t_pvalue
-from xsa.spec import Arm
-from xsa.studies import PICK, Study, get_study, xsa_pair
+from xsa.stack.spec import Arm
+from xsa.studies.registry import PICK, Study, get_study, xsa_pair
 
 D4 = [Arm.of("cpu-w64-d4", cpu_compile=True), Arm.of("cpu-w64-d4", cpu_compile=True, xsa_alpha=1.0)]
 
@@ -133,7 +133,7 @@ def test_the_default_study_reports_the_robust_study():
 
 
 def test_the_adamw_group_check_says_whether_the_optimum_moved(results):
-    from xsa.studies import GROUP_SEEDS, group_arms
+    from xsa.studies.registry import GROUP_SEEDS, group_arms
     robust = get_study("robust", results)
     tuned = robust.comparison(robust.primary).a
     arms = group_arms(D4[0], tuned, PICK.grid)
@@ -151,9 +151,9 @@ def test_an_archived_study_is_restored_byte_for_byte_and_read_as_rows(tmp_path):
     import subprocess
 
     from xsa.archive import ARCHIVE, restore
-    from xsa.records import REPO_ROOT
+    from xsa.runs.records import REPO_ROOT
     from xsa.report.archive import archived_rows
-    from xsa.studies import EARLIER
+    from xsa.studies.registry import EARLIER
     if subprocess.run(["git", "cat-file", "-e", EARLIER.commit], cwd=REPO_ROOT).returncode != 0:
         pytest.skip(f"this checkout's history does not hold {EARLIER.commit}")
     written = restore(EARLIER.commit, tmp_path)
@@ -180,7 +180,7 @@ def test_the_archive_takes_only_a_declared_commit_hash(commit, tmp_path):
     import subprocess
     import sys
 
-    from xsa.records import REPO_ROOT
+    from xsa.runs.records import REPO_ROOT
     out = subprocess.run([sys.executable, "-m", "xsa.archive", f"--commit={commit}", "--results", str(tmp_path)],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--commit" in out.stderr and "Traceback" not in out.stderr, out.stderr
@@ -191,8 +191,8 @@ def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partia
     import subprocess
 
     import xsa.archive as archive
-    from xsa.records import REPO_ROOT
-    from xsa.studies import EARLIER
+    from xsa.runs.records import REPO_ROOT
+    from xsa.studies.registry import EARLIER
     if subprocess.run(["git", "cat-file", "-e", EARLIER.commit], cwd=REPO_ROOT).returncode != 0:
         pytest.skip(f"this checkout's history does not hold {EARLIER.commit}")
     clone = tmp_path / "clone"
@@ -224,7 +224,7 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
     import subprocess
 
     from xsa.prereg import FILENAME
-    from xsa.records import REPO_ROOT, read_json
+    from xsa.runs.records import REPO_ROOT, read_json
     study = get_study(name)
     commit, date = study.preregistered
     path = f"results/{study.name}/{FILENAME}"

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from xsa.records import REPO_ROOT, atomic_write_json, read_json
+from xsa.runs.records import REPO_ROOT, atomic_write_json, read_json
 from xsa.report.scale import HEADS_SLOPE, fig_scale, scale_book, scale_estimates, scale_table
-from xsa.studies import get_study
+from xsa.studies.registry import get_study
 
 from test_scale_study import record
 
@@ -17,7 +17,7 @@ from test_scale_study import record
 def effect(cfg):
     """The made-up effect: -0.6% at 1 head and 3.43 tokens per parameter, +0.1 point per doubling of
     heads, -0.05 point per doubling of tokens per parameter (the gate halves XSA's effect)."""
-    from xsa.presets import scaling_params
+    from xsa.stack.presets import scaling_params
     m = cfg.model
     d = cfg.num_tokens / scaling_params(m)
     return -0.006 + 0.001 * math.log2(m.n_head) - 0.0005 * math.log2(d / 3.43)
@@ -243,21 +243,21 @@ def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_com
 
 
 def test_a_new_registered_check_of_a_level_is_one_entry(results, tmp_path, monkeypatch):
-    """README, Extending: a registered check of a scale level is one RateCheck (xsa/study_scale.py:
+    """README, Extending: a registered check of a scale level is one RateCheck (xsa/studies/scale.py:
     CHECKS); its study, its registration and its estimates follow from it. Here a made-up second check
     of x4 on the seeds its precision rule would add (218-225)."""
     import xsa.prereg
-    import xsa.studies
-    from xsa.prereg_check import check_document
+    import xsa.studies.registry
+    from xsa.studies.prereg_check import check_document
     from xsa.report.scale_check import check_book
-    from xsa.study_scale import CHECKS, RateCheck
+    from xsa.studies.scale import CHECKS, RateCheck
     from test_scale_study import record
     for c in CHECKS:  # the registries are built from CHECKS: nothing else to touch
-        assert c.name in xsa.studies.STUDIES and c.name in xsa.studies.ADAPTIVE and c.name in xsa.prereg.DOCUMENTS
+        assert c.name in xsa.studies.registry.STUDIES and c.name in xsa.studies.registry.ADAPTIVE and c.name in xsa.prereg.DOCUMENTS
         assert c.name in get_study("scale", results).checks
     check = RateCheck("scale-check-late", "length x4", "cpu-w64-d4-s1536", "late", seeds=range(218, 226))
-    monkeypatch.setitem(xsa.studies.STUDIES, check.name, check.study)
-    monkeypatch.setattr(xsa.studies, "ADAPTIVE", {*xsa.studies.ADAPTIVE, check.name})
+    monkeypatch.setitem(xsa.studies.registry.STUDIES, check.name, check.study)
+    monkeypatch.setattr(xsa.studies.registry, "ADAPTIVE", {*xsa.studies.registry.ADAPTIVE, check.name})
     out = tmp_path / "results"
     shutil.copytree(results, out)
     study = get_study(check.name, out)

@@ -1,18 +1,18 @@
-"""The scale study (xsa/study_scale.py) as its rules decide it: what it declares before any record, in
+"""The scale study (xsa/studies/scale.py) as its rules decide it: what it declares before any record, in
 the pre-registered priority order; the pairs a bracket's selection declares; the levels it reuses; and
 its pre-registration, generated from the committed definition."""
 
 from pathlib import Path
 
-from xsa.design import final_bpb
-from xsa.predict import declared_seeds, model_conditions
-from xsa.records import append_jsonl, atomic_write_json
-from xsa.study_scale import PAIRS, ROBUST_PRIMARY_SEEDS, SELECT, gate_arm
-from xsa.studies import get_study
+from xsa.studies.rules import final_bpb
+from xsa.studies.predict import declared_seeds, model_conditions
+from xsa.runs.records import append_jsonl, atomic_write_json
+from xsa.studies.scale import PAIRS, ROBUST_PRIMARY_SEEDS, SELECT, gate_arm
+from xsa.studies.registry import get_study
 
 
 def record(results, run, bpb):
-    """A finished run's summary, all the rules read (xsa/design.py final_bpb)."""
+    """A finished run's summary, all the rules read (xsa/studies/rules.py final_bpb)."""
     d, n = results / "runs" / run.run_id, run.config().num_iterations
     atomic_write_json(d / "config.json", run.config().to_dict())
     append_jsonl(d / "metrics.jsonl", {"step": n, "val_bpb": bpb})
@@ -80,7 +80,7 @@ def test_the_gate_starts_at_zero_beside_its_fixed_alpha_arm():
 
 
 def test_the_model_reads_the_robust_levels_from_the_committed_records():
-    from xsa.records import REPO_ROOT
+    from xsa.runs.records import REPO_ROOT
     results = REPO_ROOT / "results"
     conds = {c.name: c for c in model_conditions(results)}
     x1 = conds["length x1"]
@@ -94,16 +94,16 @@ def test_the_model_reads_the_robust_levels_from_the_committed_records():
 
 def test_the_committed_preregistration_is_the_generated_one():
     from xsa.prereg import FILENAME
-    from xsa.prereg_scale import scale_document
-    from xsa.records import REPO_ROOT
+    from xsa.studies.prereg_scale import scale_document
+    from xsa.runs.records import REPO_ROOT
     results = REPO_ROOT / "results"
     assert (results / "scale" / FILENAME).read_text() == scale_document(results)
 
 
 def test_the_d12_test_trains_the_predicted_condition_under_its_precision_rule(tmp_path):
-    from xsa.predict import TARGETS
-    from xsa.presets import scaling_params
-    from xsa.spec import Run
+    from xsa.studies.predict import TARGETS
+    from xsa.stack.presets import scaling_params
+    from xsa.stack.spec import Run
     study = get_study("d12-test", tmp_path)
     assert len(study.runs) == 16 and {r.seed for r in study.runs} == {0, 1, 2, 3}  # both arms at two rates
     cfg = study.runs[0].config()
@@ -146,8 +146,8 @@ def test_the_x4_check_trains_each_arm_at_the_other_arms_rate_once_the_bracket_ha
 
 def test_the_committed_x4_check_registration_is_the_generated_one():
     from xsa.prereg import FILENAME
-    from xsa.prereg_check import check_document
-    from xsa.records import REPO_ROOT
+    from xsa.studies.prereg_check import check_document
+    from xsa.runs.records import REPO_ROOT
     results = REPO_ROOT / "results"
-    from xsa.study_scale import CHECKS
+    from xsa.studies.scale import CHECKS
     assert (results / "scale-check" / FILENAME).read_text() == check_document(results, CHECKS[0])

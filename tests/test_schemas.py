@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from xsa import report
-from xsa.config import RECORD_EXTRAS, GPTConfig, TrainConfig
-from xsa.presets import PRESETS, make_config
-from xsa.records import REPO_ROOT
+from xsa.stack.config import RECORD_EXTRAS, GPTConfig, TrainConfig
+from xsa.stack.presets import PRESETS, make_config
+from xsa.runs.records import REPO_ROOT
 from xsa.report import integrity, run_schemas, schema_parts, schemas
 from xsa.report.integrity import archive_problems, validate
-from xsa.studies import get_study
+from xsa.studies.registry import get_study
 
 # where each kind of record is committed (an archived study's runs are run records too)
 COMMITTED = {"summary": ("results/runs/*/summary.json", "results/archive/*/runs/*/summary.json"),

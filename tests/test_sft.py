@@ -7,11 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from xsa.config import ConfigError
-from xsa.presets import make_config
+from xsa.stack.config import ConfigError
+from xsa.stack.presets import make_config
 from xsa.evaluate import sft, sft_data
 from conftest import TOK
-from xsa.model import GPT
+from xsa.stack.model import GPT
 
 END = TOK.special_id("<|assistant_end|>")
 

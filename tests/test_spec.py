@@ -1,15 +1,15 @@
-"""The run spec (xsa/spec.py) and the studies built from it (xsa/studies.py)."""
+"""The run spec (xsa/stack/spec.py) and the studies built from it (xsa/studies/registry.py)."""
 
 import re
 import shlex
 
 import pytest
 
-from xsa.config import ConfigError, TrainConfig
-from xsa.presets import make_config
-from xsa.records import REPO_ROOT, read_json
-from xsa.spec import Arm, Run
-from xsa.studies import STUDIES, get_study
+from xsa.stack.config import ConfigError, TrainConfig
+from xsa.stack.presets import make_config
+from xsa.runs.records import REPO_ROOT, read_json
+from xsa.stack.spec import Arm, Run
+from xsa.studies.registry import STUDIES, get_study
 
 from conftest import REPO
 
@@ -81,7 +81,9 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
     loader take it, and its records name it."""
     import torch
 
-    from xsa import config, model, pipeline, validation
+    from xsa.stack import config, model
+
+    from xsa import pipeline, validation
     from xsa.report import load_run
     from xsa.train import train
 
@@ -121,8 +123,8 @@ def test_a_learnable_xsa_gate_is_a_config_field_a_parameter_and_an_adamw_group(s
     The committed records predate all of it and stay the runs they were (tests/test_records_by_value.py)."""
     import torch
 
-    from xsa import model
-    from xsa.optim import build_optimizers
+    from xsa.stack import model
+    from xsa.stack.optim import build_optimizers
     from xsa.train import train
 
     run = Run.of("smoke", xsa_alpha=0.5, xsa_gate=True)
@@ -145,7 +147,7 @@ def test_a_learnable_xsa_gate_is_a_config_field_a_parameter_and_an_adamw_group(s
     group = next(g for g in adamw.param_groups if g["name"] == "xsa_gate")
     assert group["params"] == gates and group["betas"] == (0.8, 0.95)
     train(run.config(), tmp_path / run.run_id, data_dir=smoke_data, max_steps=3, progress=False)
-    from xsa.checkpoint import load_model
+    from xsa.stack.checkpoint import load_model
     trained, _, _ = load_model(tmp_path / run.run_id)
     assert not torch.equal(trained.blocks[0].attn.xsa_gate.detach(), torch.full((2,), 0.5))  # it learns
 
@@ -197,8 +199,8 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_built():
     """A mistyped depth is an error naming it at once, not a process that grows for minutes."""
     import torch
 
-    from xsa.model import build
-    from xsa.presets import make_config
+    from xsa.stack.model import build
+    from xsa.stack.presets import make_config
     huge = make_config("smoke", n_layer=99_999_999_999).model
     with pytest.raises(ConfigError, match="n_layer=99999999999.*GiB"):
         build(huge, 0, torch.device("cpu"))

@@ -94,7 +94,7 @@ def test_notebook_is_stored_clean_and_runs(tmp_path):
 
 def test_benchmark_arms_are_the_study_runs(tmp_path):
     """The baseline arm is the study's baseline (no XSA layer at all), not XSA at alpha 0."""
-    from xsa.studies import xsa_pair
+    from xsa.studies.registry import xsa_pair
     from xsa.throughput import run_throughput
     r = run_throughput("smoke", steps=1, warmup=0, device="cpu", threads=1, progress=False,
                        out=tmp_path / "tp.json")
@@ -119,7 +119,7 @@ def test_gpu_check_names_missing_prerequisites():
 
 
 def test_datasheet_peaks_by_device_name(monkeypatch):
-    from xsa.common import datasheet_peak_flops, mfu
+    from xsa.stack.common import datasheet_peak_flops, mfu
     assert datasheet_peak_flops(torch.device("cpu")) is None
     for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
                        ("NVIDIA H200 NVL", 836e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:
@@ -190,7 +190,7 @@ def test_training_and_benchmark_need_only_torch_numpy_tiktoken_tqdm(smoke_data, 
     code = BLOCKER + f"""
 import torch
 torch.set_num_threads(1)
-from xsa.presets import make_config
+from xsa.stack.presets import make_config
 from xsa.train import train
 from xsa.throughput import run_throughput
 s = train(make_config("smoke", eval_every=1000, checkpoint_every=1000), {str(tmp_path / "r")!r},

@@ -1,4 +1,4 @@
-"""The training loop (xsa/train.py), checkpoints (xsa/checkpoint.py) and bits per byte (xsa/bpb.py):
+"""The training loop (xsa/train.py), checkpoints (xsa/stack/checkpoint.py) and bits per byte (xsa/stack/bpb.py):
 checks (e), (g), (h), (i) of the validation stage, plus bad-input errors. All on the smoke preset."""
 
 import hashlib
@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import xsa.model
-from xsa import checkpoint
-from xsa.config import ConfigError
-from xsa.presets import make_config
-from xsa.records import read_json, read_jsonl
+import xsa.stack.model
+from xsa.stack import checkpoint
+from xsa.stack.config import ConfigError
+from xsa.stack.presets import make_config
+from xsa.runs.records import read_json, read_jsonl
 from xsa.train import EMA_BETA, TrainingDiverged, main, train
 
 from conftest import QUIET, kill_during
@@ -38,7 +38,7 @@ def files_digest(folder: Path) -> dict:
 # -----------------------------------------------------------------------------
 # (e) baseline == alpha 0 through the XSA formula, step by step
 
-def xsa_formula(y, v, alpha, eps=xsa.model.XSA_EPS):
+def xsa_formula(y, v, alpha, eps=xsa.stack.model.XSA_EPS):
     """The XSA formula written out plainly (GQA by repeat_interleave), with no alpha == 0 shortcut."""
     v = v.repeat_interleave(y.size(2) // v.size(2), dim=2)
     coef = (y * v).sum(-1, keepdim=True) / ((v * v).sum(-1, keepdim=True) + eps)
@@ -51,10 +51,10 @@ def test_alpha0_training_matches_baseline(smoke_data, tmp_path, monkeypatch):
     # the alpha-0 arm: every layer runs the full formula (z = y - 0 * coef * v), no shortcut
     calls = []
 
-    def formula_counted(y, v, alpha, eps=xsa.model.XSA_EPS):
+    def formula_counted(y, v, alpha, eps=xsa.stack.model.XSA_EPS):
         calls.append(alpha)
         return xsa_formula(y, v, alpha, eps)
-    monkeypatch.setitem(xsa.model.XSA_VARIANTS, "xsa", formula_counted)
+    monkeypatch.setitem(xsa.stack.model.XSA_VARIANTS, "xsa", formula_counted)
     zero = run(make_config("smoke", num_tokens=50 * 4 * 64, xsa_alpha=0.0, xsa_layers="all", **QUIET),
                tmp_path / "alpha0", smoke_data)
     # the sensitivity of the comparison: alpha = 1 must move the losses by far more than 1e-5
@@ -105,12 +105,12 @@ def test_max_steps_then_resume_is_bit_identical(smoke_data, tmp_path):
 def test_provenance_names_the_commit_a_run_started_from(smoke_data, tmp_path, monkeypatch):
     """The commit is taken when training starts and kept through a resume; a run resumed at another
     commit records that one beside it, never in its place."""
-    import xsa.records
+    import xsa.runs.records
     import xsa.train
     cfg = make_config("smoke", **QUIET)
     state = {"git_commit": "a" * 40, "git_dirty": False}
     monkeypatch.setattr(xsa.train, "git_state", lambda: dict(state))
-    monkeypatch.setattr(xsa.records, "git_state", lambda: dict(state))
+    monkeypatch.setattr(xsa.runs.records, "git_state", lambda: dict(state))
     run(cfg, tmp_path / "same", smoke_data)
     prov = read_json(tmp_path / "same" / "provenance.json")
     assert prov["git_commit"] == "a" * 40 and "git_commit_end" not in prov
@@ -293,7 +293,7 @@ def test_the_timers_leave_out_the_warm_up_window_and_the_pauses(monkeypatch):
 
 
 def test_evaluate_bpb_counts_bytes_not_specials():
-    from xsa.bpb import evaluate_bpb
+    from xsa.stack.bpb import evaluate_bpb
 
     class Uniform(torch.nn.Module):  # loss ln(V) nats on every token
         def forward(self, x, y, loss_reduction="mean"):
@@ -308,7 +308,7 @@ def test_evaluate_bpb_counts_bytes_not_specials():
 # Guards and bad input: each error names the field, nothing is overwritten
 
 def test_nan_guard_keeps_last_good_checkpoint(smoke_data, tmp_path, monkeypatch):
-    orig = xsa.model.GPT.forward
+    orig = xsa.stack.model.GPT.forward
     calls = {"n": 0}
 
     def poisoned(self, idx, targets=None, **kw):
@@ -318,7 +318,7 @@ def test_nan_guard_keeps_last_good_checkpoint(smoke_data, tmp_path, monkeypatch)
             if calls["n"] > 5:
                 return out * float("nan")
         return out
-    monkeypatch.setattr(xsa.model.GPT, "forward", poisoned)
+    monkeypatch.setattr(xsa.stack.model.GPT, "forward", poisoned)
     cfg = make_config("smoke", eval_every=1000, checkpoint_every=5)
     with pytest.raises(TrainingDiverged, match="step 6"):
         run(cfg, tmp_path / "r", smoke_data)
@@ -430,7 +430,7 @@ def test_bad_metrics_lines_name_the_file(tmp_path):
 def test_bad_model_shapes_name_the_field():
     with pytest.raises(ConfigError, match="n_embd"):
         make_config("smoke", n_embd=64, n_head=3)
-    model = xsa.model.GPT(make_config("smoke").model)
+    model = xsa.stack.model.GPT(make_config("smoke").model)
     with pytest.raises(ConfigError, match="sequence_len"):
         model(torch.zeros(1, model.rotary_len + 1, dtype=torch.long))
 

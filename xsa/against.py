@@ -6,7 +6,7 @@ The project's training step against nanochat's own, at the same shape, in one pr
 nanochat's GPT and MuonAdamW are imported from a local checkout the user gives (nothing is
 downloaded) and compiled as its scripts/base_train.py compiles them (built on the meta device,
 init_weights, setup_optimizer, torch.compile(model, dynamic=False)); the project's step is
-xsa.step.Step at the preset with its own policy (compiled on CPU unless --eager). The two steps
+xsa.stack.step.Step at the preset with its own policy (compiled on CPU unless --eager). The two steps
 alternate ABBA on one fixed batch after warm-up, each timed on the process's CPU time (wall time
 on CUDA), and the record gives the per-pair ratio ours / nanochat's with its quartiles. The
 baseline arm is measured (no XSA): the comparison is of the two stacks, not of XSA.
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from xsa.common import autodetect_device, clock, device_name, sync
-from xsa.model import GPT
-from xsa.presets import PRESETS, make_config
-from xsa.records import REPO_ROOT, atomic_write_json, check_out, provenance
-from xsa.step import Step
+from xsa.stack.common import autodetect_device, clock, device_name, sync
+from xsa.stack.model import GPT
+from xsa.stack.presets import PRESETS, make_config
+from xsa.runs.records import REPO_ROOT, atomic_write_json, check_out, provenance
+from xsa.stack.step import Step
 
 
 def load_nanochat(path) -> object:

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xsa.records import REPO_ROOT, atomic_write_bytes
+from xsa.runs.records import REPO_ROOT, atomic_write_bytes
 
 FILES = ("config.json", "summary.json", "provenance.json")
 ARCHIVE = "archive"  # under results/

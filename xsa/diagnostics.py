@@ -37,15 +37,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from xsa.checkpoint import load_model, run_data_dir, weights_sha256
-from xsa.common import autodetect_device, device_name
+from xsa.stack.checkpoint import load_model, run_data_dir, weights_sha256
+from xsa.stack.common import autodetect_device, device_name
 from xsa.data.loader import val_batches
 from xsa.data.shards import check_files
-from xsa.plot import new_figure, save_figure
-from xsa.records import atomic_write_json, check_out, provenance, read_json
-from xsa.runlock import own_run
-from xsa.spec import arm_record
-from xsa.step import Precision
+from xsa.runs.plot import new_figure, save_figure
+from xsa.runs.records import atomic_write_json, check_out, provenance, read_json
+from xsa.runs.runlock import own_run
+from xsa.stack.spec import arm_record
+from xsa.stack.step import Precision
 
 METRICS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
 METRIC_LABELS = {

@@ -29,10 +29,10 @@ import sys
 import torch
 
 from xsa.gpu_check import cuda_problems
-from xsa.layout import default_layout
-from xsa.runlog import finished_summary
-from xsa.spec import format_value
-from xsa.studies import ADAPTIVE, STUDIES, get_study
+from xsa.runs.layout import default_layout
+from xsa.runs.runlog import finished_summary
+from xsa.stack.spec import format_value
+from xsa.studies.registry import ADAPTIVE, STUDIES, get_study
 
 def train_args(run) -> list[str]:
     """`python -m xsa.train` arguments that train `run`: every override as --set (Run.command)."""

@@ -12,35 +12,39 @@ from __future__ import annotations
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # records on disk, hashing, paths, statistics, the figure style, run locks, the loss and bpb
-    ("foundation", ("xsa", "xsa.layers", "xsa.records", "xsa.common", "xsa.stats", "xsa.plot", "xsa.runlock",
-                    "xsa.archive", "xsa.loss", "xsa.bpb")),
+    # (the wings' packages themselves hold only their docstrings)
+    ("foundation", ("xsa", "xsa.stack", "xsa.runs", "xsa.studies", "xsa.gpu", "xsa.layers", "xsa.runs.records",
+                    "xsa.stack.common", "xsa.stats", "xsa.runs.plot", "xsa.runs.runlock", "xsa.archive",
+                    "xsa.stack.loss", "xsa.stack.bpb")),
     # every field of a run's config, its checks and the recipes
-    ("configuration", ("xsa.config",)),
+    ("configuration", ("xsa.stack.config",)),
     # the presets and make_config
-    ("presets", ("xsa.presets",)),
+    ("presets", ("xsa.stack.presets",)),
     # one run: its name, its config and its output paths
-    ("runs", ("xsa.spec", "xsa.layout")),
+    ("runs", ("xsa.stack.spec", "xsa.runs.layout")),
     # the model, the optimizer, one training step, checkpoints, a run folder's checks, the data
-    ("compute", ("xsa.model", "xsa.optim", "xsa.step", "xsa.checkpoint", "xsa.runlog", "xsa.data", "xsa.data.*")),
+    ("compute", ("xsa.stack.model", "xsa.stack.optim", "xsa.stack.step", "xsa.stack.checkpoint", "xsa.runs.runlog",
+                 "xsa.data", "xsa.data.*")),
     # the kinds of study and comparison, and the rules of an adaptive study
-    ("study kinds", ("xsa.study", "xsa.design")),
+    ("study kinds", ("xsa.studies.kinds", "xsa.studies.rules")),
     # the studies as data
-    ("studies", ("xsa.studies", "xsa.study_scale", "xsa.factorial", "xsa.factorial.design")),
+    ("studies", ("xsa.studies.registry", "xsa.studies.scale", "xsa.factorial", "xsa.factorial.design")),
     # the scale study's model and prediction, read from run records (pre-registered with it)
-    ("analysis", ("xsa.predict",)),
+    ("analysis", ("xsa.studies.predict",)),
     # the stages that write run records, and the checks and benchmarks beside them
     ("stages", ("xsa.train", "xsa.evaluate", "xsa.evaluate.*", "xsa.diagnostics", "xsa.throughput",
-                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.gpu_parts", "xsa.gpu_cost", "xsa.memory",
+                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.gpu.parts", "xsa.gpu.cost", "xsa.memory",
                 "xsa.reproduce", "xsa.data.__main__")),
     # tables, figures, claims and sentences, read from run records
     ("report", ("xsa.report", "xsa.report.*", "xsa.factorial.analysis", "xsa.factorial.models",
                 "xsa.factorial.steps", "xsa.factorial.d12")),
     # a study's pre-registration (its power analysis reads the pilot's records)
-    ("pre-registration", ("xsa.prereg", "xsa.prereg_scale", "xsa.prereg_check", "xsa.factorial.prereg")),
+    ("pre-registration", ("xsa.prereg", "xsa.studies.prereg_scale", "xsa.studies.prereg_check",
+                          "xsa.factorial.prereg")),
     # the paper's export and its checks
-    ("paper", ("xsa.paper", "xsa.paper_checks")),
+    ("paper", ("xsa.report.export", "xsa.report.paper_checks")),
     # the pipeline over the stage notebooks and its jobs
-    ("pipeline", ("xsa.jobs", "xsa.pipeline", "xsa.gpu_study")),
+    ("pipeline", ("xsa.runs.jobs", "xsa.pipeline", "xsa.gpu_study")),
 )
 
 

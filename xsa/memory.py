@@ -9,7 +9,7 @@ Stored per parameter, on each rank of `world`:
 - before: fp32 weights and gradients of every parameter; both AdamW moments (fp32) of every AdamW
   parameter on every rank; Muon's momentum (fp32) and NorMuon's second moment on the owner rank of
   each matrix (about 1/world of them).
-- after (xsa/step.py Precision.store, xsa/optim.py AdamW): the token and value embeddings' weights,
+- after (xsa/stack/step.py Precision.store, xsa/stack/optim.py AdamW): the token and value embeddings' weights,
   gradients and AdamW moments in bf16; AdamW's state on the owner rank of each parameter
   (parameter j on rank j % world, so a rank holds whole tensors: the largest share is reported).
 Activations come on top (they depend on the device batch; see the README's memory notes).
@@ -21,9 +21,9 @@ import argparse
 
 import torch
 
-from xsa.presets import make_config
-from xsa.model import GPT
-from xsa.optim import second_moment_shape
+from xsa.stack.presets import make_config
+from xsa.stack.model import GPT
+from xsa.stack.optim import second_moment_shape
 
 GPU_PRESETS = ("d12", "d24", "d12-nanochat", "d24-nanochat")
 EMBEDDINGS = ("embedding", "value_embeds")  # the groups stored in bf16 under bf16 autocast

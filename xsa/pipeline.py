@@ -8,7 +8,7 @@ The paper pipeline: run a study's stage notebooks in order through papermill, th
 
 Stages, in order (the list is data: STAGES): validation, data, train (one notebook per run),
 evaluate and diagnostics (one per run), throughput (one per preset), paper. Each executed notebook
-is kept as the record of its stage under <results>/executed/<study>/. A job (xsa/jobs.py) is skipped
+is kept as the record of its stage under <results>/executed/<study>/. A job (xsa/runs/jobs.py) is skipped
 when its outputs exist for the same inputs: training compares the run record's config by value, the
 other stages a hash of their parameters and upstream record stored in the executed notebook.
 `--force` reruns. A half-finished training run resumes from its checkpoint. A failing stage keeps its
@@ -44,18 +44,18 @@ import sys
 import time
 from pathlib import Path
 
-from xsa.common import autodetect_device
+from xsa.stack.common import autodetect_device
 from xsa.data import ensure_data
 from xsa.data.climbmix import tokens_read
-from xsa.jobs import (STAGES, Context, Job, StageError, config_changes, is_done, jobs_for, prepare_train, recorded_config,
+from xsa.runs.jobs import (STAGES, Context, Job, StageError, config_changes, is_done, jobs_for, prepare_train, recorded_config,
                       train_config, trained)
-from xsa.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
-from xsa.paper import export_paper, paper_runs, stable_notebook
-from xsa.paper_checks import check_paper_stage
-from xsa.records import REPO_ROOT, atomic_write_text, git_state, read_json
+from xsa.runs.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
+from xsa.report.export import export_paper, paper_runs, stable_notebook
+from xsa.report.paper_checks import check_paper_stage
+from xsa.runs.records import REPO_ROOT, atomic_write_text, git_state, read_json
 from xsa.report.integrity import known_runs  # leave_out may name the robustness study's runs
-from xsa.runlock import busy
-from xsa.studies import ADAPTIVE, get_study
+from xsa.runs.runlock import busy
+from xsa.studies.registry import ADAPTIVE, get_study
 
 
 # -----------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def check_clean(job: Job, ctx: Context) -> None:
 
 
 def redeclare(ctx: Context) -> bool:
-    """Read an adaptive study's declared runs again from the records (xsa/design.py); False for a
+    """Read an adaptive study's declared runs again from the records (xsa/studies/rules.py); False for a
     fixed study."""
     if ctx.study.name not in ADAPTIVE:
         return False
@@ -305,7 +305,7 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m xsa.pipeline", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--study", default="default", help="study to run (smoke, default, gpu); see xsa/studies.py")
+    p.add_argument("--study", default="default", help="study to run (smoke, default, gpu); see xsa/studies/registry.py")
     p.add_argument("--stages", nargs="+", default=list(STAGES), metavar="STAGE",
                    help=f"stages to run, a subset of: {' '.join(STAGES)} (default: all)")
     p.add_argument("--force", action="store_true", help="rerun stages even when their outputs are up to date")

@@ -1,9 +1,9 @@
 """
 What XSA costs: step time, tokens/s, memory and MFU of the baseline and the XSA arm, side by side.
 
-Both arms are Runs of the study (xsa.spec): the baseline (standard attention, no XSA layer) and XSA
+Both arms are Runs of the study (xsa.stack.spec): the baseline (standard attention, no XSA layer) and XSA
 (alpha = 1 at every layer). They live in ONE process and take turns, one full training step each
-(xsa.step.Step: forward + backward over the preset's gradient-accumulation micro batches + the real
+(xsa.stack.step.Step: forward + backward over the preset's gradient-accumulation micro batches + the real
 optimizer step), in ABBA order: A B, B A, A B, ... Alternating
 which arm goes first cancels slow drift of the machine (thermal, other load) and any advantage of
 running second. Each round gives a pair (t_base, t_xsa) of step times measured on the same batch.
@@ -27,7 +27,7 @@ MFU = flops_per_token (model.estimate_flops(), the baseline's count for both arm
       / peak, where peak is a matmul throughput measured here on this device (bf16 on CUDA, fp32
       on CPU), not a datasheet number. On CPU both are per second of this process's CPU time, so
       other programs' load does not bend the ratio. mfu_datasheet divides by the GPU datasheet's
-      bf16 dense peak instead (xsa.common.DATASHEET_BF16_PEAKS, e.g. 989 TFLOP/s on H100 SXM and
+      bf16 dense peak instead (xsa.stack.common.DATASHEET_BF16_PEAKS, e.g. 989 TFLOP/s on H100 SXM and
       H200), the number nanochat reports; None on CPU. The measured peak is lower (about 790 TFLOP/s
       on an H200), so mfu > mfu_datasheet.
 
@@ -56,15 +56,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from xsa.common import autodetect_device, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
-from xsa.config import ConfigError
-from xsa.model import GPT
-from xsa.plot import new_figure, save_figure
-from xsa.presets import PRESETS
-from xsa.records import REPO_ROOT, atomic_write_json, check_own, provenance
-from xsa.spec import Arm, arm_record, parse_overrides
-from xsa.step import Schedules, Step
-from xsa.studies import xsa_pair
+from xsa.stack.common import autodetect_device, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.stack.config import ConfigError
+from xsa.stack.model import GPT
+from xsa.runs.plot import new_figure, save_figure
+from xsa.stack.presets import PRESETS
+from xsa.runs.records import REPO_ROOT, atomic_write_json, check_own, provenance
+from xsa.stack.spec import Arm, arm_record, parse_overrides
+from xsa.stack.step import Schedules, Step
+from xsa.studies.registry import xsa_pair
 
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
@@ -107,7 +107,7 @@ def copy_task_batch(gen: torch.Generator, batch: int, seq_len: int, vocab: int, 
 
 
 class TimedArm:
-    """One run's model with its training Step (xsa/step.py), timed one update at a time."""
+    """One run's model with its training Step (xsa/stack/step.py), timed one update at a time."""
 
     def __init__(self, name: str, run, device: torch.device, seed: int):
         self.name, self.run, self.cfg, self.device = name, run, run.config(), device
@@ -165,7 +165,7 @@ def arm_summary(arm: TimedArm, tokens_per_step: int, peak: float, sheet: float |
     t = arm.times
     q1, _, q3 = statistics.quantiles(t, n=4) if len(t) >= 2 else (t[0], t[0], t[0])
     med = statistics.median(t)
-    # MFU on the clock the peak was measured with (xsa.common.mfu): CPU time on CPU, wall time on GPUs
+    # MFU on the clock the peak was measured with (xsa.stack.common.mfu): CPU time on CPU, wall time on GPUs
     busy = statistics.median(arm.cpu_times) if arm.device.type == "cpu" else med
     return {
         "step_time_median_s": med,
@@ -337,7 +337,7 @@ def main(argv=None):
         "Step time, tokens/s, peak memory and MFU of the study's baseline (no XSA layer) and XSA arm "
         "(alpha=1, every layer), alternated in one process, with the XSA overhead ratio and a bootstrap "
         "95%% CI. Results are written as they arrive."))
-    p.add_argument("--preset", required=True, help=f"a preset of xsa/presets.py ({', '.join(PRESETS)})")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/stack/presets.py ({', '.join(PRESETS)})")
     p.add_argument("--steps", type=int, default=20, help="measured steps per arm after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="discarded warm-up steps per arm (default 5)")
     p.add_argument("--train-steps", type=int, default=0,

@@ -6,8 +6,8 @@ Train one run: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on
                                                  # -> results/runs/cpu-w64-d4_xsa1-compiled-mlr0.08_s100
     torchrun --nproc_per_node=8 -m xsa.train --preset d12        (DDP: nccl on CUDA, gloo on CPU)
 
-`--set FIELD=VALUE` sets any config field (xsa/config.py), so every run of a study can be trained by
-hand: the run id, and so the folder, comes from the preset, the fields set and the seed (xsa/spec.py;
+`--set FIELD=VALUE` sets any config field (xsa/stack/config.py), so every run of a study can be trained by
+hand: the run id, and so the folder, comes from the preset, the fields set and the seed (xsa/stack/spec.py;
 `Run.command()` prints a run's command).
 
 Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss
@@ -22,7 +22,7 @@ and diag (attention diagnostics per layer on a fixed 4-row validation batch, xsa
 
 Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32; compiled with cpu_compile=true, as
 every run of the robust study trains, else eager) are detected automatically (the precision policy
-of xsa/step.py). CPU runs resume bit-exactly (at the same thread count): the
+of xsa/stack/step.py). CPU runs resume bit-exactly (at the same thread count): the
 data loader is a pure function of (seed, step, micro-batch), and checkpoints hold the model,
 optimizers, loop values and RNG states.
 """
@@ -42,24 +42,24 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from xsa import checkpoint as ckpt
-from xsa.bpb import evaluate_bpb
-from xsa.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
-from xsa.config import ConfigError, TrainConfig
+from xsa.stack import checkpoint as ckpt
+from xsa.stack.bpb import evaluate_bpb
+from xsa.stack.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
+from xsa.stack.config import ConfigError, TrainConfig
 from xsa.data import data_dir as default_data_dir, ensure_data
 from xsa.data.build import COMPLETE
 from xsa.data.climbmix import tokens_read
 from xsa.data.loader import TokenLoader, val_batches
 from xsa.data.shards import data_fingerprint
 from xsa.diagnostics import diagnostics_snapshot
-from xsa.model import GPT, build as build_model
-from xsa.presets import PRESETS
-from xsa.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, code_provenance, git_state,
+from xsa.stack.model import GPT, build as build_model
+from xsa.stack.presets import PRESETS
+from xsa.runs.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, code_provenance, git_state,
                          provenance)
-from xsa.runlock import RunFolderBusy, hold_folder, move_aside, own_run
-from xsa.runlog import check_run_dir, finished_summary, kept_log, same_data
-from xsa.spec import Run, arm_record, parse_overrides
-from xsa.step import Step
+from xsa.runs.runlock import RunFolderBusy, hold_folder, move_aside, own_run
+from xsa.runs.runlog import check_run_dir, finished_summary, kept_log, same_data
+from xsa.stack.spec import Run, arm_record, parse_overrides
+from xsa.stack.step import Step
 
 EMA_BETA = 0.9
 DIAG_ROWS = 4  # validation rows of the attention diagnostics logged at every evaluation
@@ -252,7 +252,7 @@ def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
 
 def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
     """(model, its training step, the step to start from, the loop's values): the model initialised
-    from the seed (xsa.model.build: on the CPU as the committed runs, on the meta device and then the
+    from the seed (xsa.stack.model.build: on the CPU as the committed runs, on the meta device and then the
     GPU under CUDA), or the checkpoint's state."""
     model = build_model(cfg.model, cfg.seed, device)
     step_fn = Step(model, cfg, device)
@@ -396,7 +396,7 @@ def run_of_args(args) -> Run:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m xsa.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help=f"a preset of xsa/presets.py ({', '.join(PRESETS)})")
+    p.add_argument("--preset", required=True, help=f"a preset of xsa/stack/presets.py ({', '.join(PRESETS)})")
     p.add_argument("--alpha", type=float, default=None,
                    help="XSA strength in [0, 1]; alone it applies to every layer (--alpha 0: the zero-strength "
                         "formula, a control; the baseline is --xsa-layers none, the default)")

@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from xsa import config
-from xsa.config import GPTConfig
-from xsa.model import GPT, KVCache, xsa_project
-from xsa.optim import orthogonalize
+from xsa.stack import config
+from xsa.stack.config import GPTConfig
+from xsa.stack.model import GPT, KVCache, xsa_project
+from xsa.stack.optim import orthogonalize
 
 TINY = dict(sequence_len=32, vocab_size=97, n_layer=3, n_head=4, n_kv_head=4, n_embd=64)
 

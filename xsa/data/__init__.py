@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xsa.common import cache_dir
-from xsa.config import DATA_SUBSETS
+from xsa.stack.common import cache_dir
+from xsa.stack.config import DATA_SUBSETS
 from xsa.data import build as builder  # the module: xsa.data.build stays the submodule
 from xsa.data import climbmix
 from xsa.data.shards import check_files

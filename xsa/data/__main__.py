@@ -15,14 +15,14 @@ import sys
 import time
 from pathlib import Path
 
-from xsa.config import DATA_SUBSETS
+from xsa.stack.config import DATA_SUBSETS
 from xsa.data import climbmix, data_dir
 from xsa.data.build import DataDirError, build, check_data_dir
 from xsa.data.bundle import BUNDLE_ENV, BundleError, resolve_bundle
 from xsa.data.shards import check_files
 from xsa.data.sources import ARCHIVE_DIR_ENV, DataError
-from xsa.presets import PRESETS, make_config
-from xsa.studies import STUDIES, get_study
+from xsa.stack.presets import PRESETS, make_config
+from xsa.studies.registry import STUDIES, get_study
 
 DEFAULT_SUBSET = "default"
 SUBSET_HELP = ("smoke: two small sources (tests, smoke runs); default: the full offline corpus, 8,192-token "

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from tqdm import tqdm
 
-from xsa.config import DATA_SUBSETS
+from xsa.stack.config import DATA_SUBSETS
 from xsa.data import climbmix, sources
 from xsa.data.shards import ShardWriter, tokenize_split, write_manifest
 from xsa.data.tokenizer import Tokenizer

@@ -17,10 +17,10 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from xsa.common import cache_dir
-from xsa.config import DATA_SUBSETS, RECIPES
+from xsa.stack.common import cache_dir
+from xsa.stack.config import DATA_SUBSETS, RECIPES
 from xsa.data.hub import download_parquet
-from xsa.presets import make_config
+from xsa.stack.presets import make_config
 
 BASE_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
 MAX_SHARD = 6542  # index of the last shard; it is held out for validation

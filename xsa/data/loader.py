@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xsa.config import ROW_PACKINGS
+from xsa.stack.config import ROW_PACKINGS
 from xsa.data.packing import best_fit, documents
 from xsa.data.shards import read_manifest, shard_paths, token_dtype
 from xsa.data.tokenizer import Tokenizer

@@ -24,10 +24,10 @@ import json
 
 import torch
 
-from xsa.common import Timer, autodetect_device, device_name
+from xsa.stack.common import Timer, autodetect_device, device_name
 from xsa.evaluate.chat import greedy_batch
-from xsa.presets import PRESETS, make_config
-from xsa.step import Precision
+from xsa.stack.presets import PRESETS, make_config
+from xsa.stack.step import Precision
 from xsa.validation import random_model
 
 

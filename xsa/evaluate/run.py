@@ -8,15 +8,15 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from xsa.checkpoint import load_model, weights_sha256
-from xsa.common import autodetect_device, device_name
+from xsa.stack.checkpoint import load_model, weights_sha256
+from xsa.stack.common import autodetect_device, device_name
 from xsa.data.bundle import load_bundle, resolve_bundle
 from xsa.evaluate.chat import evaluate_chatcore
 from xsa.evaluate.core import check_max_per_task, default_batch_tokens, evaluate_core, model_scorer
 from xsa.evaluate.sft import check_args, ensure_sft
-from xsa.records import atomic_write_json, check_out, provenance, read_json
-from xsa.runlock import own_run
-from xsa.step import Precision
+from xsa.runs.records import atomic_write_json, check_out, provenance, read_json
+from xsa.runs.runlock import own_run
+from xsa.stack.step import Precision
 
 
 def merge_json(path, update: dict) -> dict:

@@ -10,7 +10,7 @@ every micro-batch has the one shape (rows, sequence_len) that torch.compile want
 are wasted. An update is a fixed number of rows (batch_rows), in micro-batches of at most
 micro_batch_tokens tokens with the gradients accumulated.
 
-Training: the training Step (xsa/step.py: the run's optimizers, Muon + AdamW, and its precision
+Training: the training Step (xsa/stack/step.py: the run's optimizers, Muon + AdamW, and its precision
 policy: bf16 autocast and torch.compile on CUDA, fp32 eager on CPU). Loss falls on assistant tokens
 only (chat.render_conversation). The learning rate warms up over the first steps, because the
 optimizers start with empty moments and AdamW's first update, bias-corrected, moves every parameter
@@ -33,12 +33,12 @@ from typing import Iterable, Iterator
 import torch
 from tqdm.auto import tqdm
 
-from xsa.checkpoint import load_checked
-from xsa.config import ConfigError
+from xsa.stack.checkpoint import load_checked
+from xsa.stack.config import ConfigError
 from xsa.evaluate.chat import render_conversation
 from xsa.evaluate.sft_data import SFT_SEED, nanochat_data, registry_data
-from xsa.records import atomic_torch_save, atomic_write_json, read_json
-from xsa.step import Precision, Schedules, Step
+from xsa.runs.records import atomic_torch_save, atomic_write_json, read_json
+from xsa.stack.step import Precision, Schedules, Step
 
 SOURCES = ("auto", "registry", "nanochat")
 
@@ -177,7 +177,7 @@ def lr_multiplier(it: int, steps: int, lr_scale: float, warmup_steps: int = WARM
 def finetune(model, tokenizer, config, convs: list, steps: int, device, batch_size: int | None = None,
              lr_scale: float = LR_SCALE, micro_batch_tokens: int | None = None,
              warmup_steps: int = WARMUP_STEPS) -> list[float]:
-    """`steps` optimizer updates over `convs` with the training Step (xsa/step.py: the run's
+    """`steps` optimizer updates over `convs` with the training Step (xsa/stack/step.py: the run's
     optimizers and precision policy), each of batch_size packed rows (default: the run's
     device_batch_size) in micro-batches of at most micro_batch_tokens tokens (default: one
     pre-training micro-batch). The learning rate: lr_multiplier; Muon momentum as configured; the

@@ -26,7 +26,7 @@ import random
 import zipfile
 from pathlib import Path
 
-from xsa.common import cache_dir
+from xsa.stack.common import cache_dir
 from xsa.data.decontam import Decontaminator
 from xsa.data.hub import download_parquet
 from xsa.data.sources import Archive, fetch

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from scipy import stats as sps
 
-from xsa.design import final_bpb
+from xsa.studies.rules import final_bpb
 from xsa.factorial.design import CELLS, CONTRASTS, RATES, Cell, cell
-from xsa.records import read_jsonl
+from xsa.runs.records import read_jsonl
 from xsa.stats import holm, mean_ci, t_pvalue
 
 # the registered thresholds (results/factorial/preregistration.md)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsa.study import Paired, Study, unique_runs, xsa_pair
+from xsa.studies.kinds import Paired, Study, unique_runs, xsa_pair
 
 FAST = dict(cpu_compile=True)  # the compiled CPU path, as the robust and scale studies
 RATES = (0.04, 0.08)  # every cell, both arms: the two rates the scale study's brackets selected between

@@ -5,7 +5,7 @@ the factorial study), and the d12 numbers each one gives, printed as conditional
 A condition is one (shape, length) with its per-seed relative effects. Each candidate regresses the
 condition means on an intercept and log2 of one length axis, optionally with log2 of the scaling
 parameters: tokens per parameter, optimizer steps, tokens seen. The fit is the scale study's
-(xsa/predict.py): sigma^2 pooled within conditions, tau^2 by REML, coefficients by GLS.
+(xsa/studies/predict.py): sigma^2 pooled within conditions, tau^2 by REML, coefficients by GLS.
 
 At CPU scale every run takes 4,096 tokens a step, so steps and tokens seen are the same axis, and
 with log2 parameters added all three candidates span the same columns: six candidates, three distinct
@@ -32,10 +32,10 @@ from scipy import stats as sps
 
 from xsa.factorial.analysis import at_rate, relative_effects, two_rate
 from xsa.factorial.design import CELLS, RATES
-from xsa.predict import Diffs, cochran_q, fit_design
-from xsa.presets import make_config, scaling_params
-from xsa.spec import Arm
-from xsa.study import xsa_pair
+from xsa.studies.predict import Diffs, cochran_q, fit_design
+from xsa.stack.presets import make_config, scaling_params
+from xsa.stack.spec import Arm
+from xsa.studies.kinds import xsa_pair
 
 CANDIDATES = {
     "tokens per parameter": ("tokens_per_param",),

@@ -17,7 +17,7 @@ import numpy as np
 
 from xsa.factorial.analysis import bpb
 from xsa.factorial.design import CELLS, FAST
-from xsa.study import xsa_pair
+from xsa.studies.kinds import xsa_pair
 
 BOOT = 2000
 BOOT_SEED = 0

@@ -6,7 +6,7 @@ the text.
     report.show_paper(study, built, "results")  # in 05_paper.ipynb: the text of paper/text/<study>.md.j2
 
 Reads results/runs/<run_id>/{config,summary,eval,diagnostics,provenance}.json + metrics.jsonl and
-results/throughput/<preset>.json; iterates the study's comparisons and claims (xsa/studies.py), so
+results/throughput/<preset>.json; iterates the study's comparisons and claims (xsa/studies/registry.py), so
 the design of the study lives in one place. Everything is deterministic: the same records give the
 same bytes.
 
@@ -34,8 +34,8 @@ from xsa.report.robust import robustness, secondary_kind
 from xsa.report.factorial import factorial_book
 from xsa.report.scale import scale_section
 from xsa.stats import Interval
-from xsa.study_scale import CHECKS
-from xsa.studies import Contrast, Paired, Sweep, Versus, get_study
+from xsa.studies.scale import CHECKS
+from xsa.studies.registry import Contrast, Paired, Sweep, Versus, get_study
 from xsa.report.notes import left_out_note, machine_warnings
 from xsa.report.writing import pct, render, template_for
 from xsa.report.integrity import RecordError, check_records, validate

@@ -14,7 +14,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from xsa.records import read_json
+from xsa.runs.records import read_json
 from xsa.report.estimates import slug
 from xsa.report.rows import effect_row, minute, not_run_row
 

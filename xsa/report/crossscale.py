@@ -13,11 +13,11 @@ gives none.
 
 from __future__ import annotations
 
-from xsa.gpu_cost import run_flops
-from xsa.presets import make_config
+from xsa.gpu.cost import run_flops
+from xsa.stack.presets import make_config
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.published import PUBLISHED
-from xsa.studies import SEED_PAPER
+from xsa.studies.registry import SEED_PAPER
 
 # this project's conditions as the scale study's book names them (each at its level's own config)
 OURS = {"length_x1_3": "length x1/3", "length_x1": "length x1", "length_x2": "length x2",

@@ -1,6 +1,6 @@
 """
 Each study's declared estimates (xsa/report/estimates.py computes them; the studies are data in
-xsa/studies.py): every comparison of a study under a key, the pre-registered families with Holm's
+xsa/studies/registry.py): every comparison of a study under a key, the pre-registered families with Holm's
 correction where the pre-registration states it, and the facts the text states (selected learning
 rates, parameter counts, tokens per parameter, cost).
 
@@ -14,15 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.archive import ARCHIVE
-from xsa.config import scaling_params
-from xsa.presets import make_config
+from xsa.stack.config import scaling_params
+from xsa.stack.presets import make_config
 from xsa.report import metrics as M
 from xsa.report.archive import archived_runs, condition as archived_condition
 from xsa.report.estimates import (Estimate, contrasted, fact, from_values, not_run, paired, slope, slug, with_holm)
 from xsa.report.records import per_seed
 from xsa.report.tables import overhead
 from xsa.stats import differences, relative_differences
-from xsa.studies import PRECISION, SEED_PAPER, Contrast, Paired, Sweep, Versus
+from xsa.studies.registry import PRECISION, SEED_PAPER, Contrast, Paired, Sweep, Versus
 
 # the seeds the default study's primary comparison was planned with; seeds from 8 on were added by a
 # precision rule stated after an interim look (post hoc)

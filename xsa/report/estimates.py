@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from xsa.records import atomic_write_text, read_json
+from xsa.runs.records import atomic_write_text, read_json
 from xsa.report import metrics as M
 from xsa.report.records import metric as metric_of, per_seed
 from xsa.stats import Interval, contrast, differences, holm, mean_ci, relative_differences, t_pvalue

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.design import final_bpb
+from xsa.studies.rules import final_bpb
 from xsa.factorial import analysis as A
 from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
 from xsa.factorial.steps import condition_multiples
-from xsa.presets import scaling_params
+from xsa.stack.presets import scaling_params
 from xsa.report.estimates import Estimate, fact, slug
-from xsa.study import xsa_pair
+from xsa.studies.kinds import xsa_pair
 
 X4_SEEDS = range(210, 218)
 # the scale study's x4 pairs the stability measures read: at each common rate, and at the tuned rates

@@ -1,11 +1,11 @@
 """
-The report's figures: matplotlib + seaborn, drawn outside pyplot (xsa/plot.py: `new_figure`) and
+The report's figures: matplotlib + seaborn, drawn outside pyplot (xsa/runs/plot.py: `new_figure`) and
 saved by one byte-stable saver (`save_figure`).
 """
 
 from __future__ import annotations
 
-from xsa.plot import DPI, FULL, HALF, new_figure, save_figure  # noqa: F401 (DPI: the paper's print size)
+from xsa.runs.plot import DPI, FULL, HALF, new_figure, save_figure  # noqa: F401 (DPI: the paper's print size)
 from xsa.stats import Interval, mean_ci
 
 
@@ -109,7 +109,7 @@ def _point(ax, x, y, ci, n, color, horizontal=False, ms=4.5, label=None):
 
 
 def _single_note(ax, loc="lower right"):
-    from matplotlib.lines import Line2D  # lazy: start-up time (as xsa/plot.py)
+    from matplotlib.lines import Line2D  # lazy: start-up time (as xsa/runs/plot.py)
     return Line2D([], [], marker="o", ls="", color="0.3", mfc="white", ms=4.5, label="one seed (n = 1): no interval")
 
 

@@ -44,9 +44,9 @@ import math
 from pathlib import Path
 
 from xsa.archive import ARCHIVE, MANIFEST, manifest
-from xsa.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
-from xsa.records import read_json, sha256_file
-from xsa.studies import ADAPTIVE, get_study
+from xsa.stack.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
+from xsa.runs.records import read_json, sha256_file
+from xsa.studies.registry import ADAPTIVE, get_study
 from xsa.report import ledger, schemas
 from xsa.report.estimates import read_estimates
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.records import atomic_write_text, read_json
+from xsa.runs.records import atomic_write_text, read_json
 
 FILENAME = "ledger.txt"
 

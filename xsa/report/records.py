@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.config import TrainConfig
+from xsa.stack.config import TrainConfig
 from xsa.report.metrics import METRICS, read_plain
-from xsa.records import check_steps, read_json, read_jsonl
-from xsa.spec import Arm, Run
+from xsa.runs.records import check_steps, read_json, read_jsonl
+from xsa.stack.spec import Arm, Run
 
 RECORDS = ("config", "summary", "eval", "diagnostics", "provenance")
 

@@ -6,7 +6,7 @@ row a condition, each saying whether its interval excludes zero and the seed pap
 
 The rows come from two studies: the recipe-LR study the paper is built from (its primary endpoint on
 the planned seeds and with the post hoc ones, and its second depth), and the pre-registered robust
-study (xsa/studies.py, `_robust`), an adaptive study whose records land over several sessions:
+study (xsa/studies/registry.py, `_robust`), an adaptive study whose records land over several sessions:
 its primary endpoint at each arm's tuned learning rate, and its secondary family (heads, sequence
 length, the slope over sequence length, layer choice), with Holm's correction over that family as
 its pre-registration fixes. A row of the robust study reports how many of its declared pairs have
@@ -22,14 +22,14 @@ from pathlib import Path
 
 from xsa.archive import ARCHIVE
 from xsa.report.archive import archived_list, archived_rows
-from xsa.config import scaling_params
+from xsa.stack.config import scaling_params
 from xsa.report.declared import ROBUST_KEYS, archive_estimates, robust_estimates
 from xsa.report.estimates import SEQ_LENS, slug
 from xsa.report.integrity import RecordError, check_present
 from xsa.report.records import load_runs, per_seed
 from xsa.report.rows import effect_row, minute, not_run_row
 from xsa.stats import mean_ci
-from xsa.studies import GROUP_SEEDS, Contrast, Sweep, get_study, group_arms
+from xsa.studies.registry import GROUP_SEEDS, Contrast, Sweep, get_study, group_arms
 
 SLOPE = "sequence-length slope"
 # The secondary family's rows, by comparison: (label in the table, the condition as a sentence names

@@ -1,7 +1,7 @@
 """
 The schemas of a run's own records, beside the others in xsa/report/schemas.py's registry:
 
-- config:  a run's config.json, as xsa/train.py writes it: TrainConfig.to_dict() (xsa/config.py) and
+- config:  a run's config.json, as xsa/train.py writes it: TrainConfig.to_dict() (xsa/stack/config.py) and
            the data folder. The types and ranges are the config's own checks (a positive integer for a
            size, alpha in [0, 1], a learning rate above 0, a name of its choices); the fields without a
            default are required, every other one may be absent (a record older than the field), and
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from xsa.config import (_LAYER_SPEC, ADAM_GROUPS, DATA_SUBSETS, NS_SCHEDULES, OPTIMIZERS, RECIPES, RECORD_EXTRAS,
+from xsa.stack.config import (_LAYER_SPEC, ADAM_GROUPS, DATA_SUBSETS, NS_SCHEDULES, OPTIMIZERS, RECIPES, RECORD_EXTRAS,
                         ROW_PACKINGS, WD_SCHEDULES, XSA_VALUE_MODES, XSA_VARIANTS, GPTConfig, TrainConfig)
 from xsa.report.schema_parts import (BOOL, BPB, COUNT, DIAGNOSTIC, NATS, PATTERNS, POSITIVE, accepts, array, integer,
                                      nullable, number, obj, pair, text)
@@ -34,7 +34,7 @@ def one_of(choices) -> dict:
 
 
 def groups(value: dict) -> dict:
-    """A value per AdamW parameter group (xsa.config.ADAM_GROUPS; a record may predate a group)."""
+    """A value per AdamW parameter group (xsa.stack.config.ADAM_GROUPS; a record may predate a group)."""
     return {"type": "object", "propertyNames": one_of(ADAM_GROUPS), "additionalProperties": value}
 
 
@@ -44,7 +44,7 @@ def required(cls) -> list[str]:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
 
 
-MODEL = obj({  # xsa.config.GPTConfig
+MODEL = obj({  # xsa.stack.config.GPTConfig
     **{k: POSITIVE for k in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd",
                              "ve_gate_channels")},
     "xsa_alpha": UNIT, "xsa_layers": LAYERS, "xsa_value": one_of(XSA_VALUE_MODES),
@@ -55,7 +55,7 @@ MODEL = obj({  # xsa.config.GPTConfig
     "init_resid_lambdas": pair(number()), "init_x0_lambdas": pair(number())},
     *required(GPTConfig))
 
-CONFIG = obj({  # xsa.config.TrainConfig, and the data folder it trained on
+CONFIG = obj({  # xsa.stack.config.TrainConfig, and the data folder it trained on
     "preset": text(minLength=1), "model": MODEL, "data": one_of(DATA_SUBSETS), "recipe": one_of(RECIPES),
     **{k: POSITIVE for k in ("device_batch_size", "total_batch_size", "num_tokens", "eval_every", "eval_tokens",
                              "log_every", "checkpoint_every", "diag_every")},

@@ -1,6 +1,6 @@
 """
 The scale study's estimates, as its pre-registration states them (results/scale/preregistration.md):
-each level's effect, the model's slopes and its predictions for d12 and d24 (xsa/predict.py), the
+each level's effect, the model's slopes and its predictions for d12 and d24 (xsa/studies/predict.py), the
 secondary family with Holm's correction, the learned gate per layer and head (xsa/report/scale_gates.py),
 the x4 check (xsa/report/scale_check.py), and the T = 512 level of the robust study's sequence-length
 seeds. Every estimate says how many of its declared pairs have
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from xsa.design import final_bpb
-from xsa.gpu_cost import GPUS, MFU, NODE_USD_PER_HOUR, run_hours, test_hours
-from xsa.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit, cochran_q,
+from xsa.studies.rules import final_bpb
+from xsa.gpu.cost import GPUS, MFU, NODE_USD_PER_HOUR, run_hours, test_hours
+from xsa.studies.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit, cochran_q,
                          model_conditions, pairs_to_test)
-from xsa.presets import make_config, scaling_params
-from xsa.records import read_json, records_without
+from xsa.stack.presets import make_config, scaling_params
+from xsa.runs.records import read_json, records_without
 from xsa.report.crossscale import cross_scale_rows, cross_scale_table, fig_cross_scale
 from xsa.report.estimates import Estimate, fact, per_seed_slopes, slug
 from xsa.report.figures import FULL, new_figure, save_figure
@@ -31,8 +31,8 @@ from xsa.report.integrity import RecordError, check_present
 from xsa.report.scale_check import check_book, check_conditions, keys as check_keys
 from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, gate_table
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
-from xsa.studies import get_study
-from xsa.study_scale import CHECKS, D12_RATE_FACTORS, PRECISION_X4, SECONDARY
+from xsa.studies.registry import get_study
+from xsa.studies.scale import CHECKS, D12_RATE_FACTORS, PRECISION_X4, SECONDARY
 
 LEVELS = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8",
           "gate at width 64", "gate at 8 heads", "width 256, 128 steps", "width 256, 384 steps")
@@ -319,7 +319,7 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
                              "layer-and-head rows of the gate arms' learned strengths recorded")
     for name, prefix in GATES.items():
         book.update(gate_facts(name, prefix, est))
-    for target, where in TARGETS.items():  # the conditions the model predicts (xsa/predict.py)
+    for target, where in TARGETS.items():  # the conditions the model predicts (xsa/studies/predict.py)
         for axis, v in where.items():
             book[f"{target}_{axis}"] = fact(f"{target}_{axis}", v, axis, f"{target} as the model predicts it: {axis}")
     book["d12_half_width"] = fact("d12_half_width", D12_HALF_WIDTH, "relative",
@@ -338,7 +338,7 @@ def study_d12_config(results: Path):
 
 
 def gpu_cost_facts(cfg, pairs: int) -> dict[str, Estimate]:
-    """What the d12 test costs on one node of eight H100s (xsa/gpu_cost.py: estimated from the
+    """What the d12 test costs on one node of eight H100s (xsa/gpu/cost.py: estimated from the
     model's FLOPs, not measured), each end of its range a fact the paper's text reads."""
     rates = len(D12_RATE_FACTORS)  # every seed's pair runs at each of the test's rates
     book, run, test = {}, run_hours(cfg), test_hours(cfg, pairs * rates)
@@ -350,7 +350,7 @@ def gpu_cost_facts(cfg, pairs: int) -> dict[str, Estimate]:
         for end, v in zip(("lo", "hi"), values):
             book[f"{key}_{end}"] = fact(f"{key}_{end}", v, key.rsplit("_", 1)[1], f"{what} on one node of "
                                         f"{GPUS} H100s, {'fast' if end == 'lo' else 'slow'} end of an estimate "
-                                        f"at {100 * MFU[end == 'lo']:.0f}% MFU (xsa/gpu_cost.py)", family="cost")
+                                        f"at {100 * MFU[end == 'lo']:.0f}% MFU (xsa/gpu/cost.py)", family="cost")
     for end, v in zip(("lo", "hi"), MFU):
         book[f"gpu_mfu_{end}"] = fact(f"gpu_mfu_{end}", v, "share", "MFU the GPU estimate assumes", family="cost")
     book["gpu_usd_per_hour"] = fact("gpu_usd_per_hour", NODE_USD_PER_HOUR, "USD an hour",

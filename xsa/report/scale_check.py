@@ -1,5 +1,5 @@
 """
-A registered check of a scale level (xsa/study_scale.py: RateCheck; the first, scale-check, checks x4,
+A registered check of a scale level (xsa/studies/scale.py: RateCheck; the first, scale-check, checks x4,
 results/scale-check/preregistration.md): each arm of the level also trained at the other arm's
 selected matrix LR, on the level's first pairs. What it reports, in results/estimates/scale.json under
 keys that start with its prefix (`check_` for scale-check):
@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from xsa.design import final_bpb
-from xsa.predict import condition, model_conditions
+from xsa.studies.rules import final_bpb
+from xsa.studies.predict import condition, model_conditions
 from xsa.report.estimates import Estimate, fact
 from xsa.stats import holm, mean_ci, relative_differences, t_pvalue
-from xsa.studies import get_study
-from xsa.study_scale import RateCheck
+from xsa.studies.registry import get_study
+from xsa.studies.scale import RateCheck
 
 ESTIMATES = ("common_xsa_rate", "base_rates", "common_base_rate", "xsa_rates")  # in the order of its comparisons
 

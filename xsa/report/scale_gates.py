@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xsa.predict import declared_seeds
-from xsa.records import read_json
+from xsa.studies.predict import declared_seeds
+from xsa.runs.records import read_json
 from xsa.report.estimates import Estimate, fact
 from xsa.stats import Interval, mean_ci
 

@@ -5,8 +5,8 @@ The integrity checks (integrity.py) ask whether a record set is whole and of one
 whether each value in a record is of its kind: a negative CPU time, a 300-digit wall time, a string
 val bpb, a p above 1 would otherwise be printed in a table as it is (or end the build in a raw
 TypeError). The schemas are data, written from the committed records and the code that writes them
-(xsa/train.py, xsa/records.py, xsa/throughput.py, xsa/against.py, xsa/report/estimates.py, xsa/evaluate/,
-xsa/diagnostics.py, xsa/gpu_parts.py, xsa/archive.py):
+(xsa/train.py, xsa/runs/records.py, xsa/throughput.py, xsa/against.py, xsa/report/estimates.py, xsa/evaluate/,
+xsa/diagnostics.py, xsa/gpu/parts.py, xsa/archive.py):
 
 - summary:     a run's summary.json
 - provenance:  a run's provenance.json (and the provenance inside every other record)
@@ -14,7 +14,7 @@ xsa/diagnostics.py, xsa/gpu_parts.py, xsa/archive.py):
 - estimates:   results/estimates/<study>.json
 - eval:        a run's eval.json (CORE and ChatCORE, xsa/evaluate/run.py; results/chat_check/*.json too)
 - diagnostics: a run's diagnostics.json (xsa/diagnostics.py)
-- gpu_check:   the GPU quick check's record (results/gpu/quick-*.json, xsa/gpu_check.py, xsa/gpu_parts.py)
+- gpu_check:   the GPU quick check's record (results/gpu/quick-*.json, xsa/gpu_check.py, xsa/gpu/parts.py)
 - archive:     one line of the archive manifest (xsa/archive.sha256, read whole by manifest_problems)
 - config:      a run's config.json (xsa/report/run_schemas.py, with the parts in xsa/report/schema_parts.py)
 - metrics:     one line of a run's metrics.jsonl (run_schemas.py; a file of them read by check_lines)
@@ -205,7 +205,7 @@ def judged(**bounds) -> dict:
 
 
 ARMS = "^(baseline|xsa)_"
-GPU_PARTS = {  # xsa.gpu_parts.PARTS
+GPU_PARTS = {  # xsa.gpu.parts.PARTS
     "versions": part({**{k: text() for k in ("python", "torch", "device", "device_type", "matmul_peak_dtype")},
                       "cuda": nullable(text()), "triton": nullable(text()), "gpu_memory_bytes": POSITIVE,
                       "capability": text(pattern=r"^\d+\.\d+$"), "matmul_peak_flops": number(exclusiveMinimum=0),

@@ -12,12 +12,12 @@ import io
 import math
 from pathlib import Path
 
-from xsa.config import scaling_params
-from xsa.presets import PRESETS, make_config
-from xsa.records import atomic_write_text
+from xsa.stack.config import scaling_params
+from xsa.stack.presets import PRESETS, make_config
+from xsa.runs.records import atomic_write_text
 from xsa.report.metrics import effect_metrics, relative
 from xsa.report.records import _scalar, by_arm, complete, load_runs, metric, per_seed
-from xsa.studies import SEED_PAPER, get_study
+from xsa.studies.registry import SEED_PAPER, get_study
 from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
                               seeds_needed)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jinja2
 
-from xsa.records import REPO_ROOT
+from xsa.runs.records import REPO_ROOT
 from xsa.report.estimates import Book, Estimate
 from xsa.report.published import PUBLISHED
 

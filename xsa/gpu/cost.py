@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from xsa.common import DATASHEET_BF16_PEAKS
-from xsa.model import GPT
+from xsa.stack.common import DATASHEET_BF16_PEAKS
+from xsa.stack.model import GPT
 
 GPUS = 8
 PEAK = dict(DATASHEET_BF16_PEAKS)["H100"]  # SXM, per GPU

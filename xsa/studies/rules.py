@@ -3,7 +3,7 @@ The rules of an adaptive study, as code that reads run records: at which matrix 
 arm trains (the best of a grid, the grid extended while the best value sits at its end), and how
 many paired seeds a comparison gets (a precision rule with a maximum).
 
-A study (xsa/studies.py) declares the runs these rules have decided so far: while a grid is being
+A study (xsa/studies/registry.py) declares the runs these rules have decided so far: while a grid is being
 trained only the grid is declared, once it is complete the selected arms follow, and the precision
 rule adds seeds in blocks as the records of the earlier blocks land. Rerunning the pipeline after
 runs finish therefore continues the study. The rules print themselves (describe) into the study's
@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from xsa.records import read_json
+from xsa.runs.records import read_json
 from xsa.stats import normal_cdf, power, t_critical
-from xsa.spec import Arm, Run
+from xsa.stack.spec import Arm, Run
 
 
 def final_bpb(results: Path, run: Run) -> float | None:

@@ -26,10 +26,10 @@ import subprocess
 from html import unescape
 from pathlib import Path
 
-from xsa.records import REPO_ROOT, atomic_write_bytes, atomic_write_text
-from xsa.studies import get_study
+from xsa.runs.records import REPO_ROOT, atomic_write_bytes, atomic_write_text
+from xsa.studies.registry import get_study
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"  # xsa/templates
 # $$...$$ (display) first, then $...$ (inline, no space just inside the dollars, as TeX writers do)
 _DISPLAY = re.compile(r"\$\$(.+?)\$\$", re.S)
 _INLINE = re.compile(r"(?<![\\$\w])\$(?!\s)([^$\n]+?)(?<!\s)\$(?![\w$])")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from xsa.records import atomic_write_text
+from xsa.runs.records import atomic_write_text
 
 
 def autodetect_device(requested: str | None = None) -> torch.device:

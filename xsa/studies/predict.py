@@ -1,6 +1,6 @@
 """
 The scale study's model and its prediction for nanochat's d12, pre-registered with the study
-(xsa/study_scale.py; python -m xsa.prereg --study scale).
+(xsa/studies/scale.py; python -m xsa.prereg --study scale).
 
 The unit is one pair: a seed's relative difference of final val bpb, (XSA - baseline) / baseline.
 A condition is one (width, heads, training length, sequence length) at which both arms trained at
@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import chi2
 
-from xsa.design import final_bpb
-from xsa.presets import scaling_params
+from xsa.studies.rules import final_bpb
+from xsa.stack.presets import scaling_params
 from xsa.stats import t_critical
-from xsa.studies import get_study
-from xsa.study import Paired
-from xsa.study_scale import SELECTION_SEEDS
+from xsa.studies.registry import get_study
+from xsa.studies.kinds import Paired
+from xsa.studies.scale import SELECTION_SEEDS
 
 # the comparisons the model is fitted on (all-layer XSA against the baseline, each arm at its tuned LR)
 FIT_SCALE = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8")

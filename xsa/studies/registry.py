@@ -6,15 +6,15 @@ A study is what `python -m xsa.pipeline --study NAME` executes. Nothing here run
 pipeline trains `study.runs`, and the report iterates `study.comparisons` and `study.claims`, so
 a new arm with its own comparison is one edit in this file.
 
-The kinds these are made of (comparisons, claims, Study) are in xsa/study.py.
+The kinds these are made of (comparisons, claims, Study) are in xsa/studies/kinds.py.
 
 - smoke:   the whole pipeline in a few minutes at the smoke preset (tests, CI).
 - default: the CPU-scale study. Not d12/d24.
 - gpu:     the seed paper's depths d12 and d24, both arms, for a GPU server.
 - robust:  XSA at each arm's own tuned LR, with two heads, across sequence lengths and layer
-           choices, on the compiled CPU path (adaptive: xsa/design.py; pre-registered, xsa/prereg.py).
+           choices, on the compiled CPU path (adaptive: xsa/studies/rules.py; pre-registered, xsa/prereg.py).
 - scale:   how XSA's effect moves with training length and heads, and its prediction for d12
-           (xsa/study_scale.py; pre-registered with its model, xsa/predict.py).
+           (xsa/studies/scale.py; pre-registered with its model, xsa/studies/predict.py).
 - scale-check: the scale study's x4 level with each arm also at the other arm's selected rate (registered
            after the x4 records, before its own runs).
 - d12-test: that prediction tested on a GPU server, d12 pairs under a precision rule.
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.design import LRRule, PrecisionRule
+from xsa.studies.rules import LRRule, PrecisionRule
 from xsa.factorial.design import factorial_study
-from xsa.records import REPO_ROOT
-from xsa.spec import Arm
-from xsa.study_scale import CHECKS, d12_test_study, scale_study
-from xsa.study import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
+from xsa.runs.records import REPO_ROOT
+from xsa.stack.spec import Arm
+from xsa.studies.scale import CHECKS, d12_test_study, scale_study
+from xsa.studies.kinds import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
                        unique_runs, xsa_pair)                                        # are read from here too)
 
 
@@ -223,7 +223,7 @@ def _robust(results) -> Study:
 
 STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study,
            **{c.name: c.study for c in CHECKS}, "d12-test": d12_test_study, "factorial": factorial_study}
-# studies whose runs depend on the records so far (xsa/design.py)
+# studies whose runs depend on the records so far (xsa/studies/rules.py)
 ADAPTIVE = {"robust", "scale", *(c.name for c in CHECKS), "d12-test"}
 
 

@@ -16,12 +16,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xsa.checkpoint import state_path
-from xsa.config import TrainConfig
-from xsa.layout import NOTEBOOKS, Layout
-from xsa.records import REPO_ROOT, read_json
-from xsa.spec import Run
-from xsa.studies import Study
+from xsa.stack.checkpoint import state_path
+from xsa.stack.config import TrainConfig
+from xsa.runs.layout import NOTEBOOKS, Layout
+from xsa.runs.records import REPO_ROOT, read_json
+from xsa.stack.spec import Run
+from xsa.studies.registry import Study
 
 STAGES = ("validation", "data", "train", "evaluate", "diagnostics", "throughput", "paper")
 # parameters that name a place on disk: they differ between machines, so they are not inputs
@@ -70,8 +70,9 @@ class Context:
 # What each stage runs
 
 # the presentation layer: nothing the validation checks depends on it
-NOT_VALIDATED = ("xsa/pipeline.py", "xsa/jobs.py", "xsa/layers.py", "xsa/plot.py", "xsa/stats.py",
-                 "xsa/studies.py", "xsa/study_scale.py", "xsa/prereg", "xsa/report/", "xsa/factorial/")
+NOT_VALIDATED = ("xsa/pipeline.py", "xsa/runs/jobs.py", "xsa/layers.py", "xsa/runs/plot.py", "xsa/stats.py",
+                 "xsa/studies/__init__.py", "xsa/studies/registry.py", "xsa/studies/scale.py", "xsa/prereg",
+                 "xsa/studies/prereg_", "xsa/report/", "xsa/factorial/")
 
 
 def source_hash() -> str:

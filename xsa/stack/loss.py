@@ -11,7 +11,7 @@ turns them into that chunk's share of grad_h and grad_weight at once:
 
     dloss/du = (softmax(z) - onehot(target)) * (1 - tanh(u / c)^2) / n_valid,   z = c * tanh(u / c)
 
-Opt-in (TrainConfig.loss_chunk > 0, passed by xsa.step.Step); the model's default loss path, which
+Opt-in (TrainConfig.loss_chunk > 0, passed by xsa.stack.step.Step); the model's default loss path, which
 every committed run trained on, is untouched. Under autocast the matmuls run in the autocast dtype
 in forward and backward alike (the recomputed logits are the forward's); the rest is fp32.
 """

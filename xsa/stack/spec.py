@@ -20,8 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from xsa.config import XSA_FIELDS, ConfigError, GPTConfig, TrainConfig
-from xsa.presets import make_config
+from xsa.stack.config import XSA_FIELDS, ConfigError, GPTConfig, TrainConfig
+from xsa.stack.presets import make_config
 
 # fields that never make an arm: the preset names the run's base, the seed is its own part
 _NOT_OVERRIDES = {"preset", "model", "seed"}

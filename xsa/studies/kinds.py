@@ -1,7 +1,7 @@
 """
 The kinds a study is made of: comparisons (which arms are paired, and how), the seed paper's claims,
-archived studies, and the Study itself. The studies themselves, as data, are in xsa/studies.py (and
-xsa/study_scale.py); nothing here runs anything.
+archived studies, and the Study itself. The studies themselves, as data, are in xsa/studies/registry.py (and
+xsa/studies/scale.py); nothing here runs anything.
 
 Comparisons (every difference is paired by seed: both arms of a seed see the same batches). Every
 kind has `arms()` (every arm it involves, its reference first) and `pairs()` (the (a, b) pairs whose
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xsa.presets import PRESETS
-from xsa.spec import Arm, Run
+from xsa.stack.presets import PRESETS
+from xsa.stack.spec import Arm, Run
 
 # -----------------------------------------------------------------------------
 # Comparisons

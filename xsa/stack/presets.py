@@ -6,9 +6,9 @@ A config is built in three layers (make_config): a recipe (one nanochat commit's
 and base_train defaults), then a preset (shape, batch, data, horizon, and for the CPU presets their
 own learning rates and schedule), then the overrides of one run. Each piece of a recipe is a field,
 so a recipe is a set of values and an ablation is one override. The fields themselves, their
-defaults, their checks and the recipes are in xsa/config.py.
+defaults, their checks and the recipes are in xsa/stack/config.py.
 
-Recipes (xsa.config.RECIPES):
+Recipes (xsa.stack.config.RECIPES):
 - nanochat-92d63d4: nanochat as of commit 92d63d4, the default of every preset.
 - nanochat-324e69c: nanochat as of commit 324e69c (March 2026), the seed paper's era.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from xsa.config import DATA_SUBSETS, DEFAULT_RECIPE, RECIPES, ConfigError, GPTConfig, TrainConfig, scaling_params
+from xsa.stack.config import DATA_SUBSETS, DEFAULT_RECIPE, RECIPES, ConfigError, GPTConfig, TrainConfig, scaling_params
 
 # -----------------------------------------------------------------------------
 # Presets, as data. Each fixes model shape, batch, data and horizon; the CPU presets also state
@@ -76,7 +76,7 @@ PRESETS: dict[str, dict] = {
     # The heads preset: 128 wide, two heads of 64 (the seed paper's d12 head size), 4 layers, the
     # primary preset's tokens, batch, sequence and evaluation: does XSA's effect depend on heads?
     "cpu-w128-d4": _study(n_layer=4, n_embd=128, n_head=2, steps=384),
-    # The scale study's training lengths (xsa/study_scale.py): cpu-w64-d4 at 128, 768 and 1,536 steps
+    # The scale study's training lengths (xsa/studies/scale.py): cpu-w64-d4 at 128, 768 and 1,536 steps
     # (x1/3, x2, x4 of its 384), each with the schedule at the same fractions of its run; evaluation at
     # 4 points of the short run, every 96 steps of the long ones.
     "cpu-w64-d4-s128": _study(n_layer=4, n_embd=64, n_head=1, steps=128, eval_every=32),

@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import profile
 
-from xsa import checkpoint as ckpt
-from xsa.common import Timer, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.stack import checkpoint as ckpt
+from xsa.stack.common import Timer, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
 from xsa.evaluate.decode_speed import measure
-from xsa.model import build
-from xsa.presets import make_config
-from xsa.records import atomic_write_json
-from xsa.step import Precision, Step
+from xsa.stack.model import build
+from xsa.stack.presets import make_config
+from xsa.runs.records import atomic_write_json
+from xsa.stack.step import Precision, Step
 from xsa.throughput import copy_task_batch
 
 LOSS_TOL = 2e-2  # nats: bf16 keeps 8 significant bits; about 1e-3 of a loss near 10 (one step in)
@@ -300,7 +300,7 @@ def _spread(a: dict, b: dict, moved: dict) -> float:
 
 
 def resume_part(c: Check, k: int = 3, at: int = 6) -> dict:
-    """Save with xsa.checkpoint, run k steps, load, run them again, twice; the two resumes' spread is
+    """Save with xsa.stack.checkpoint, run k steps, load, run them again, twice; the two resumes' spread is
     the noise floor the tolerance is set from. Then once more with the optimizer state dropped after
     loading (the control the tolerance must reject)."""
     arm = c.arms["xsa"]

@@ -1,6 +1,6 @@
 """
 The scale study: how XSA's effect on final val bpb moves with training length and with the number of
-heads at CPU scale, and what that predicts for nanochat's d12 (xsa/predict.py). Pre-registered with
+heads at CPU scale, and what that predicts for nanochat's d12 (xsa/studies/predict.py). Pre-registered with
 its analysis code before its first run (python -m xsa.prereg --study scale).
 
 - S1 training length: cpu-w64-d4 (one head of 64) at 128, 384, 768 and 1,536 steps (x1/3 to x4 of
@@ -12,7 +12,7 @@ its analysis code before its first run (python -m xsa.prereg --study scale).
   alpha = 1, at cpu-w64-d4 and at width 128 with 8 heads.
 - S4 the first study's shape on today's stack: 256 wide, four heads of 64, at 128 and 384 steps.
 
-Like the robust study it is adaptive (xsa/design.py): an LR bracket per arm is trained first where a
+Like the robust study it is adaptive (xsa/studies/rules.py): an LR bracket per arm is trained first where a
 level needs one, and its pairs are declared once the bracket has selected; the declared order is the
 pre-registered priority (S1 x4 first, then S2, S3, S4).
 """
@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xsa.design import LRRule, PrecisionRule
-from xsa.presets import make_config, scaling_params
-from xsa.spec import Arm
-from xsa.study import Contrast, Paired, Study, unique_runs, xsa_pair
+from xsa.studies.rules import LRRule, PrecisionRule
+from xsa.stack.presets import make_config, scaling_params
+from xsa.stack.spec import Arm
+from xsa.studies.kinds import Contrast, Paired, Study, unique_runs, xsa_pair
 
 FAST = dict(cpu_compile=True)  # the compiled CPU path, as the robust study
 ROBUST_LR = 0.08  # both arms' selected matrix LR at cpu-w64-d4 and cpu-w128-d4 in the robust study

@@ -2,7 +2,7 @@
 A nanochat GPT with Exclusive Self-Attention (XSA).
 
 The stack is karpathy/nanochat's, one commit at a time (the recipe's fields of GPTConfig; see
-xsa/config.py RECIPES and the README's parity table): token embedding, RMSNorm without weights, an
+xsa/stack/config.py RECIPES and the README's parity table): token embedding, RMSNorm without weights, an
 optional smear of the previous token's embedding into each position, rotary embeddings applied to q
 and k before QK-norm and a q/k scale, ReLU^2 MLP of width 4x, value embeddings on alternating layers
 (the last always included) mixed into v by a per-KV-head gate scale*sigmoid(Linear(x[..., :C])),
@@ -26,8 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xsa.config import ConfigError, GPTConfig
-from xsa.loss import chunked_softcap_cross_entropy
+from xsa.stack.config import ConfigError, GPTConfig
+from xsa.stack.loss import chunked_softcap_cross_entropy
 
 XSA_EPS = 1e-6
 SMEAR_CHANNELS = 24  # the smear gate reads the first 24 channels of the current token's embedding
@@ -293,7 +293,7 @@ class GPT(nn.Module):
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters by optimizer role: Muon takes 'matrix' (every block matrix, value-embedding
-        gates included, as nanochat), AdamW the rest (see xsa/optim.py)."""
+        gates included, as nanochat), AdamW the rest (see xsa/stack/optim.py)."""
         smear = [getattr(self, n) for n in ("smear_gate", "smear_lambda", "backout_lambda") if hasattr(self, n)]
         groups = {
             "matrix": [p for p in self.blocks.parameters() if p.ndim == 2],
@@ -345,7 +345,7 @@ class GPT(nn.Module):
         """Logits (B, T, V) without targets (last_only: the last position's, (B, 1, V), all that
         decoding reads, without a batch of prompts' B x T x V); with them the loss (mean over
         targets != -1, or (B, T) for loss_reduction "none"). loss_chunk > 0 (mean only) computes
-        head, softcap and loss in chunks of that many rows of the B*T without the full logits (xsa.loss)."""
+        head, softcap and loss in chunks of that many rows of the B*T without the full logits (xsa.stack.loss)."""
         B, T = idx.shape
         c = self.config
         t0 = 0 if kv_cache is None else kv_cache.pos

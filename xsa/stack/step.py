@@ -5,7 +5,7 @@ One training step, and the one precision policy, for every stage that trains: pr
     step = Step(model, cfg, device)               # optimizers, compiled forward, autocast, schedules
     loss = step(it, batches, n_micro)             # one optimizer update: a 0-d tensor, no host sync
 
-A Step owns what an update needs: the optimizers (xsa.optim), the forward it calls (compiled or
+A Step owns what an update needs: the optimizers (xsa.stack.optim), the forward it calls (compiled or
 eager), the autocast context, and the schedules (learning rate, Muon momentum, weight decay) as
 functions of the update index. `batches` yields the update's micro-batches; gradients accumulate
 over them, and the optimizers average them over the ranks under torchrun.
@@ -25,8 +25,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from xsa.config import TrainConfig
-from xsa.optim import build_optimizers
+from xsa.stack.config import TrainConfig
+from xsa.stack.optim import build_optimizers
 
 # -----------------------------------------------------------------------------
 # Schedules, as functions of the index `it` of the update being made (0-based), as base_train
@@ -127,7 +127,7 @@ class Step:
 
     schedules: the lr, momentum and weight-decay schedules (default: pre-training's, from cfg); SFT
     and the benchmark pass their own. Under torchrun each rank accumulates its own micro-batches and
-    the optimizers average the gradients (xsa/optim.py), so there is no DDP wrapper.
+    the optimizers average the gradients (xsa/stack/optim.py), so there is no DDP wrapper.
     """
 
     def __init__(self, model, cfg: TrainConfig, device: torch.device, *, schedules: Schedules | None = None):
@@ -136,7 +136,7 @@ class Step:
         self.precision.store(model)  # before the optimizers: their state follows the weights' dtype
         self.optimizers = build_optimizers(model, cfg)
         self.forward = self.precision.compiled(model)
-        # the chunked loss where the config asks for it (xsa/loss.py); the default call is unchanged
+        # the chunked loss where the config asks for it (xsa/stack/loss.py); the default call is unchanged
         self.loss_kwargs = {"loss_chunk": cfg.loss_chunk} if cfg.loss_chunk else {}
         self.schedules = schedules or Schedules.pretraining(cfg)
         self.lr = None  # the lr multiplier of the last update (for the log)

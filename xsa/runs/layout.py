@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xsa.records import REPO_ROOT
-from xsa.spec import Run
+from xsa.runs.records import REPO_ROOT
+from xsa.stack.spec import Run
 
 # the notebook of each stage that runs one (the data stage is a function of the pipeline)
 NOTEBOOKS = {

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xsa.checkpoint import state_path
-from xsa.common import print0
-from xsa.config import ConfigError, TrainConfig
+from xsa.stack.checkpoint import state_path
+from xsa.stack.common import print0
+from xsa.stack.config import ConfigError, TrainConfig
 from xsa.data.shards import data_fingerprint
-from xsa.records import check_steps, read_json, read_jsonl, read_jsonl_tail
+from xsa.runs.records import check_steps, read_json, read_jsonl, read_jsonl_tail
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:

@@ -45,7 +45,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from xsa.config import scaling_params
+from xsa.stack.config import scaling_params
 
 # Quintic Newton-Schulz (Keller Jordan's Muon): coefficients chosen to maximise the slope at zero,
 # so 5 steps bring small singular values up fast; the price is that the result is only roughly

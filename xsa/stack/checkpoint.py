@@ -6,7 +6,7 @@ RUN_DIR/ckpt/state.pt   everything needed to continue bit-exactly: model and opt
                         step (the data loader is a pure function of it), the loop's running values
                         (loss EMA, timers, last val bpb) and every RNG state (python, numpy, torch, cuda).
 RUN_DIR/ckpt/model.pt   the model weights alone, with the config, for evaluation and diagnostics.
-Both are written atomically (xsa.records), so a killed run leaves the previous checkpoint intact.
+Both are written atomically (xsa.runs.records), so a killed run leaves the previous checkpoint intact.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from xsa.common import autodetect_device
-from xsa.config import ConfigError, TrainConfig
+from xsa.stack.common import autodetect_device
+from xsa.stack.config import ConfigError, TrainConfig
 from xsa.data import data_dir as default_data_dir
 from xsa.data.tokenizer import Tokenizer
-from xsa.layout import model_path  # noqa: F401 (the weights' path, where the pipeline looks too)
-from xsa.model import GPT
-from xsa.records import atomic_torch_save, read_json
+from xsa.runs.layout import model_path  # noqa: F401 (the weights' path, where the pipeline looks too)
+from xsa.stack.model import GPT
+from xsa.runs.records import atomic_torch_save, read_json
 
 
 def state_path(run_dir) -> Path:

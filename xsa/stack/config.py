@@ -2,7 +2,7 @@
 Every field of a run's configuration in one place: the model config (GPTConfig), the training
 config (TrainConfig), the data subsets, the nanochat recipes (RECIPES: sets of these fields' values),
 and the checks that name a bad value. The presets and make_config, which layer a recipe, a preset
-and a run's overrides into a config, are data in xsa/presets.py.
+and a run's overrides into a config, are data in xsa/stack/presets.py.
 
 The rule for every field: **a new field's default reproduces the old behaviour.** A run record
 written before a field existed reads back (TrainConfig.from_dict, the one reader of recorded
@@ -51,7 +51,7 @@ def _number(name, value, lo=-math.inf, hi=math.inf, what=None):
 # Model
 
 XSA_VALUE_MODES = ("mixed", "plain")
-# The output transforms that can run at the XSA layers (xsa/model.py holds their functions and the
+# The output transforms that can run at the XSA layers (xsa/stack/model.py holds their functions and the
 # contract they keep: each token's output from its own value only; xsa/validation.py decodes every
 # one with the KV cache against the full forward): "xsa" removes the component along the token's
 # own value.
@@ -186,7 +186,7 @@ OPTIMIZERS = ("muon", "adamw")
 NS_SCHEDULES = ("polar_express", "quintic")
 WD_SCHEDULES = ("cosine", "linear")
 ROW_PACKINGS = ("bos", "bestfit")  # xsa/data/loader.py
-# the AdamW parameter groups of a GPT (xsa.model.GPT.param_groups), each with its betas and weight decay
+# the AdamW parameter groups of a GPT (xsa.stack.model.GPT.param_groups), each with its betas and weight decay
 ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear", "xsa_gate")
 
 
@@ -254,7 +254,7 @@ class TrainConfig:
     # last); 1, the default, is every evaluation, as the committed runs logged them
     diag_every: int = 1
     # the training loss's head, softcap and cross-entropy in chunks of this many rows of the B*T
-    # (xsa/loss.py: no full (B*T, V) fp32 logits); 0, the default, is the whole batch at once, as
+    # (xsa/stack/loss.py: no full (B*T, V) fp32 logits); 0, the default, is the whole batch at once, as
     # the committed runs trained
     loss_chunk: int = 0
     # --- evaluation and logging, in optimizer steps
@@ -376,7 +376,7 @@ def dict_hash(d: dict) -> str:
 # -----------------------------------------------------------------------------
 # Recipes: one nanochat commit each (gpt.py, optim.py, scripts/base_train.py read at that commit;
 # the README's parity table lists what matches and what differs on purpose), as the values of the
-# fields above; xsa/presets.py layers a recipe, a preset and a run's overrides into a config.
+# fields above; xsa/stack/presets.py layers a recipe, a preset and a run's overrides into a config.
 
 RECIPES: dict[str, dict] = {
     "nanochat-92d63d4": {"model": {}, "train": {}, "param_data_ratio": 12.0},  # the field defaults are this commit's
