@@ -172,3 +172,10 @@ def test_memory_of_a_huge_world_answers_at_once():
     from xsa.memory import per_rank
     small, huge = per_rank("d12", 8, after=True), per_rank("d12", 10**11, after=True)
     assert huge["weights"] == small["weights"] and huge["adamw"] <= small["adamw"]  # each rank holds at most one
+
+
+def test_a_world_size_no_job_has_is_refused_in_one_line(capsys):
+    from xsa.memory import main
+    with pytest.raises(SystemExit) as stop:
+        main(["--world", str(10**11)])
+    assert stop.value.code == 2 and "--world must be between 1 and" in capsys.readouterr().err

@@ -35,6 +35,9 @@ def _groups(preset: str) -> dict[str, list[torch.Size]]:
     return {name: [p.shape for p in ps] for name, ps in model.param_groups().items()}
 
 
+MAX_WORLD = 2**20  # ranks
+
+
 def per_rank(preset: str, world: int, after: bool) -> dict[str, float]:
     """Bytes on the most loaded rank: weights, grads, adamw and muon state, and their total."""
     groups = _groups(preset)
@@ -71,8 +74,8 @@ def main(argv=None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=8, help="ranks (default 8)")
     args = p.parse_args(argv)
-    if args.world < 1:
-        p.error(f"--world must be a positive integer, got {args.world}")
+    if not 1 <= args.world <= MAX_WORLD:  # beyond any job torchrun launches: a typo, not a question
+        p.error(f"--world must be between 1 and {MAX_WORLD:,} ranks, got {args.world:,}")
     print(f"weights, gradients and optimizer state per rank on {args.world} rank(s), no activations:\n")
     print(table(args.world))
 
