@@ -29,6 +29,11 @@ if [[ $QUICK == 1 && "${1:-}" == "--dry" ]]; then DRY=1; shift; fi
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ "${1:-}" == "--prereq" ]]; then PREREQ_ONLY=1; shift; fi
 OUT="${1:-results/gpu}"
+# a folder (or file) git tracks holds committed records: the check writes only where nothing is tracked
+if [[ $PREREQ_ONLY == 0 && -n "$(git ls-files -- "$OUT" 2>/dev/null | head -1)" ]]; then
+  echo "gpu_check.sh: $OUT holds files git tracks (committed records); give a new folder or file" >&2
+  exit 2
+fi
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
   if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi

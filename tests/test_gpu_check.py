@@ -72,3 +72,15 @@ def test_help_names_the_modes():
     out = subprocess.run([sys.executable, "-m", "xsa.gpu_check", "--help"], capture_output=True, text=True,
                          cwd=REPO, timeout=60).stdout
     assert "--dry" in out and "--quick" in out and "resume" in out
+
+
+@pytest.mark.parametrize("args", [["--dry-run", "results/runs"], ["--quick", "--dry", "results/estimates/default.json"]])
+def test_the_check_refuses_a_tracked_folder_or_file_as_its_output(args):
+    import subprocess
+    before = subprocess.run(["git", "status", "--porcelain", "--", "results"], cwd=REPO, capture_output=True,
+                            text=True).stdout
+    r = subprocess.run(["bash", "scripts/gpu_check.sh", *args], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "holds files git tracks" in r.stderr
+    assert subprocess.run(["git", "status", "--porcelain", "--", "results"], cwd=REPO, capture_output=True,
+                          text=True).stdout == before

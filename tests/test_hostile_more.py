@@ -179,3 +179,21 @@ def test_a_world_size_no_job_has_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--world", str(10**11)])
     assert stop.value.code == 2 and "--world must be between 1 and" in capsys.readouterr().err
+
+
+def test_a_run_from_uncommitted_code_records_the_change(tmp_path, monkeypatch):
+    """Item 10: provenance of a run from a dirty tree holds the change itself, outputs left out."""
+    from xsa.runs import records
+    repo = tmp_path / "repo"
+    (repo / "xsa").mkdir(parents=True)
+    (repo / "xsa" / "m.py").write_text("x = 1\n")
+    (repo / "results").mkdir()
+    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "c"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True)
+    monkeypatch.setattr(records, "REPO_ROOT", repo)
+    clean = records.code_provenance(records.git_state()["git_commit"], False)
+    assert clean["git_dirty"] is False and "git_diff" not in clean
+    (repo / "xsa" / "m.py").write_text("x = 2\n")
+    (repo / "results" / "r.json").write_text("{}")
+    dirty = records.code_provenance(records.git_state()["git_commit"], True)
+    assert "+x = 2" in dirty["git_diff"] and "results" not in dirty["git_diff"]

@@ -73,7 +73,7 @@ PROVENANCE = {
     "properties": {
         # None outside a git checkout; *_end where a resumed run ended at another commit
         "git_commit": nullable(HEX40), "git_commit_end": nullable(HEX40),
-        "git_dirty": nullable(BOOL), "git_dirty_end": nullable(BOOL),
+        "git_dirty": nullable(BOOL), "git_dirty_end": nullable(BOOL), "git_diff": nullable(text()),
         "date": ISO_DATE,
         "wall_time_s": nullable(SECONDS),  # None where nothing was timed
         "cpu_time_s": nullable(SECONDS),

@@ -182,12 +182,29 @@ def git_state() -> dict:
 
 def code_provenance(commit: str | None, dirty: bool | None) -> dict:
     """A run's code: the commit and dirty flag it started from, and beside them the state at its end
-    (git_commit_end, git_dirty_end) where that differs (a run resumed across commits)."""
+    (git_commit_end, git_dirty_end) where that differs (a run resumed across commits); a run from a dirty
+    tree (XSA_ALLOW_DIRTY=1 for a registered study) also records the change, as `git diff HEAD` gives it
+    when the record is written."""
     end = git_state()
     rec = {"git_commit": commit, "git_dirty": dirty}
     if (end["git_commit"], end["git_dirty"]) != (commit, dirty):
         rec.update(git_commit_end=end["git_commit"], git_dirty_end=end["git_dirty"])
+    if dirty or end["git_dirty"]:  # a run from uncommitted code carries the change itself (its code, not outputs)
+        rec["git_diff"] = git_diff()
     return rec
+
+
+DIFF_LIMIT = 1 << 20  # characters of a recorded change; a longer one is cut, and says so
+
+
+def git_diff() -> str | None:
+    """The uncommitted change to the code against HEAD, outputs (results/, paper/) left out, as text."""
+    try:
+        out = subprocess.run(["git", "diff", "HEAD", "--", ".", ":(exclude)results", ":(exclude)paper"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out if len(out) <= DIFF_LIMIT else out[:DIFF_LIMIT] + f"\n[cut at {DIFF_LIMIT} of {len(out)} characters]\n"
 
 
 def cpu_model() -> str:
