@@ -322,3 +322,36 @@ def test_the_top_level_keeps_its_commands_and_at_most_15_modules():
     assert {"stack", "runs", "studies", "gpu", "report", "data", "evaluate", "factorial"} <= {w.name for w in wings}
     for wing in wings:
         assert ast.get_docstring(ast.parse((wing / "__init__.py").read_text())), f"xsa/{wing.name}/ says what it holds"
+
+
+# what computes an effect from run records: the estimates' constructors, the per-seed differences and
+# the module that computes every shown effect
+EFFECT_MAKERS = {"paired", "contrasted", "from_values", "slope", "differences", "relative_differences", "contrast",
+                 "mean_ci", "shown_effects", "gap_estimates", "per_seed_slopes", "effect", "contrast_effect"}
+
+
+def effect_makers_imported(path: Path) -> set:
+    """The names of EFFECT_MAKERS a module imports, or any module it imports whole that defines them."""
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names if a.name in ("xsa.stats", "xsa.report.effects")}
+    return names & (EFFECT_MAKERS | {"xsa.stats", "xsa.report.effects"})
+
+
+def test_tables_and_figures_compute_no_effect():
+    """The estimates are the one source of an effect: xsa/report/effects.py computes every effect a table
+    or figure shows, into results/estimates/<study>.json, and the tables and figures read it back. An arm's
+    mean (not an effect) the tables still take from the records."""
+    allowed = {"xsa/report/tables.py": {"mean_ci"}}  # an arm's mean and interval, and counts: not effects
+    for module in ("xsa/report/tables.py", "xsa/report/figures.py", "xsa/report/columns.py",
+                   "xsa/report/crossscale.py"):
+        assert effect_makers_imported(REPO_ROOT / module) <= allowed.get(module, set()), module
+
+
+def test_planted_effect_in_a_table_is_found(tmp_path):
+    (tmp_path / "t.py").write_text("from xsa.stats import paired, mean_ci\nfrom xsa.report.effects import key\n")
+    assert effect_makers_imported(tmp_path / "t.py") == {"paired", "mean_ci"}

@@ -128,8 +128,7 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     """The paper's template against the committed estimates: every claim holds, every key exists, the
     abstract is at most 150 words with at most three intervals, and no number is typed into the prose."""
     book = Book({f.stem: read_estimates(f) for f in ESTIMATES.glob("*.json") if f.stem != "smoke"})
-    fitted = book.scale.prediction_d12.value is not None  # the scale model fits once enough levels have pairs
-    figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects", "cross_scale") + (("scale",) if fitted else ())}
+    figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects", "cross_scale", "scale")}
     blocks = render(template_for("default").read_text(), book, figures, lambda name, **kw: "", dict(
         study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
         scale_checks={"scale-check": get_study("scale-check")}))
@@ -137,17 +136,13 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     abstract = text.split("**Abstract.**")[1].split("\n## ")[0]
     assert len(abstract.split()) <= 150
     assert abstract.count("[") <= 3, "at most three intervals in the abstract"
-    # the scale study in progress: its section says so, and predicts nothing until its model can fit;
-    # once it can, the prediction is printed as an interim fit while runs are still to come
+    # the scale study is final (every declared run recorded; tests/test_verdicts.py): its section states the
+    # model's d12 number whole, with no interim reading
     assert "4. Scale: what CPU scale says about d12" in text
     assert "does not fit its own\ndata" in text and "not as a prediction" in text  # the registered model fails its heterogeneity test
-    in_progress = book.scale.runs_done.value < book.scale.runs_declared.value
-    if fitted:
-        assert "puts the change in final validation bits per" in text and "makes no prediction" not in text
-        assert ("This is an interim fit" in text) == in_progress
-    else:
-        assert "makes no prediction" in text and "puts the change in final validation bits per" not in text
-        assert "The study is in progress" in text
+    assert book.scale.model_fit.verdict == "fails" and book.scale.final.value == 1
+    assert "puts the change in final validation bits per" in text
+    assert "an interim reading" not in text and "interim fit" not in text and "The study is in progress" not in text
     # the prose outside {{ ... }} and {# ... #}, before the references: no decimal and no percentage typed in
 
     source = template_for("default").read_text().split("## References")[0]
@@ -197,11 +192,13 @@ def test_the_readme_states_each_studys_status_as_the_records_have_it():
 
 def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
     """README, Extending: a metric recorded in summary.json becomes a row of the effects table, an estimate
-    of the main comparison and a header of the paper, from one Metric entry."""
+    of the main comparison and, with `main`, a column of the main table (its mean, interval and change)
+    under its header: one Metric entry."""
     from xsa.report import metrics
     from test_report import SMOKE, write_run
     monkeypatch.setitem(metrics.METRICS, "train_loss_final", metrics.Metric(
-        "train_loss_final", "final training loss", "train loss", "nats", True, "summary.json:train_loss_final"))
+        "train_loss_final", "final training loss", "train loss", "nats", True, "summary.json:train_loss_final",
+        main=4))
     study = Study(name="t", scale="test scale", runs=tuple(a.run(s) for s in range(3) for a in SMOKE.arms()),
                   main=(SMOKE,))
     for run in study.runs:
@@ -213,6 +210,11 @@ def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
     rows = [r for r in built["tables"]["effects"] if r["metric"] == "train_loss_final"]
     assert len(rows) == 1 and rows[0]["rel"] == pytest.approx(-0.1 / 3.0)
     assert built["estimates"]["t"]["primary_train_loss_final"].value == pytest.approx(-0.1 / 3.0)
+    # ... and, with its place among the main table's columns, a column of the paper under its header
+    xsa_row = next(r for r in built["tables"]["main"] if r["arm"] == "XSA a=1" and r["source"] == "ours")
+    assert xsa_row["train_loss_final"] == pytest.approx(2.9) and xsa_row["train_loss_final_rel"] == pytest.approx(-0.1 / 3)
+    shown = report.table_markdown(built, "main")
+    assert "train loss | 95% CI | vs baseline" in shown.splitlines()[0] and "-3.33%" in shown
     # a record that predates the metric: not recorded, with the reason
     assert metrics.missing_reason({"summary": {"val_bpb": 1.0}}, "train_loss_final") == \
         "not recorded: summary.json predates train_loss_final"
@@ -220,17 +222,18 @@ def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
 
 
 def test_a_metric_column_of_the_paper_has_its_header_and_its_format():
-    """A metric shown as a column (tables.MAIN_METRICS: its mean and, for a relative metric, its change
-    against the baseline) is in the paper's main table (report.DISPLAY) under a reader's header
-    (report.HEADERS), and every relative column the paper shows is a percentage (report.PERCENT):
-    a piece left out fails here rather than printing a raw key or a raw fraction in the paper."""
-    from xsa.report.metrics import relative
-    from xsa.report.tables import MAIN_METRICS
-    shown = [c for cols in [*report.DISPLAY.values(), report.DISPLAY_ARMS] for c in cols]
-    assert [c for c in shown if c not in report.HEADERS] == []
-    assert [c for c in shown if (c.endswith("_rel") or c.startswith("rel")) and c not in report.PERCENT] == []
-    columns = [c for k in MAIN_METRICS for c in (k, *([f"{k}_rel"] if relative(k) else []))]
-    assert [c for c in columns if c not in report.DISPLAY["main"]] == []
+    """Every column a table shows in the paper has a reader's header (columns.column), and every relative
+    column is a percentage; a metric's columns (its mean, interval and, for a relative metric, its paired
+    change) come from its entry in the metric table, so a piece left out fails here rather than printing a
+    raw key or a raw fraction in the paper."""
+    from xsa.report.columns import COLUMNS, DISPLAY, DISPLAY_ARMS, cell, column, display
+    from xsa.report.metrics import METRICS
+    shown = [c for cols in [*DISPLAY.values(), DISPLAY_ARMS, display("main")] for c in cols]
+    assert [c for c in shown if column(c).header == c and c not in COLUMNS and c not in METRICS] == []
+    assert [c for c in shown if (c.endswith("_rel") or c.startswith("rel")) and not column(c).kind] == []
+    assert all(column(name).header == m.header for name, m in METRICS.items())  # one header a metric
+    assert (cell("rel", -0.0061), cell("rel_sd", 0.004), cell("matrix_lr", 0.04)) == ("-0.61%", "0.40%", "0.040")
+
 
 PDF = REPO_ROOT / "paper" / "paper.pdf"
 

@@ -101,7 +101,8 @@ def test_main_table_and_claims(results, study):
     bpb = claims["XSA lowers val bpb at the smaller depth"]
     ci = mean_ci(rels)["ci"]
     assert bpb["n"] == 3 and bpb["estimate"] == pytest.approx(sum(rels) / 3) and bpb["verdict"] == "supported"
-    assert bpb["ci95"] == ci and bpb["key"] == "t.primary"  # judged by the estimate of that key
+    # judged by the estimate of that key, as its file holds it (to 10 decimals)
+    assert (bpb["ci95"].lo, bpb["ci95"].hi) == pytest.approx((ci.lo, ci.hi), abs=1e-10) and bpb["key"] == "t.primary"
     core = claims["XSA lowers Base CORE at the smaller depth"]  # absolute points: differences -0.01, +0.01, 0
     assert core["verdict"] == "not decided" and core["estimate"] == pytest.approx(0.0, abs=1e-12)
     assert claims["XSA lowers the diagonal attention mass"]["verdict"] == "supported"
@@ -207,7 +208,7 @@ def test_optimizer_contrast_is_per_seed_difference_of_effects(tmp_path):
     contrast = [(a1 - a0) - (m1 - m0) for a0, a1, m0, m1 in zip(adamw["base"], adamw["xsa1"], muon["base"], muon["xsa1"])]
     ci = mean_ci(contrast)["ci"]
     assert row["n"] == 3 and row["d"] == pytest.approx(sum(contrast) / 3)
-    assert row["d_ci95"] == ci and ci.lo > 0  # the effects differ
+    assert (row["d_ci95"].lo, row["d_ci95"].hi) == pytest.approx((ci.lo, ci.hi), abs=1e-10) and ci.lo > 0  # they differ
     own = rows[("smoke AdamW only", "val_bpb")]  # the second pair's own effect has its row too
     assert own["n"] == 3 and own["d"] == pytest.approx(sum(b - a for a, b in zip(adamw["base"], adamw["xsa1"])) / 3)
     est = built["estimates"]["t"]["optimizer_control"]  # relative: per seed, the AdamW effect minus the Muon one
@@ -276,7 +277,7 @@ def test_learning_rate_check_says_whether_xsa_moves_the_optimum(tmp_path):
     assert est["lr_check_cpu_w64_d4_0_04"].value == pytest.approx(1.485 / 1.48 - 1)
     # the learning-rate figure: one panel per preset, n = 1 points (no interval)
     assert tuned["figures"]["lr"] is not None
-    pts = report.lr_points(study, tuned["runs"])["cpu-w64-d4"]
+    pts = report.lr_points(study, tuned["estimates"]["t"])["cpu-w64-d4"]
     assert sorted(p[0] for p in pts["XSA"]) == [0.01, 0.02, 0.04] and all(p[3] == 1 for p in pts["baseline"])
 
 
@@ -438,7 +439,7 @@ def test_every_comparison_kind_works_in_every_place(results, study):
     built = report.build(mixed, results, out_dir=results / "out")
     assert built["tables"]["smoke again"] == built["tables"]["smoke versus"] != []
     assert any(r["comparison"] == "smoke again" for r in built["tables"]["effects"])
-    assert any(r["label"].startswith("smoke again") for r in report.forest_rows(mixed, built["runs"]))
+    assert any(r["label"].startswith("smoke again") for r in report.forest_rows(mixed, built["estimates"][mixed.name]))
     sweep = Sweep.over("s", SMOKE.b, "xsa_alpha", (0.5,), seed_arm=SMOKE.a)
     for c in (extra, versus, sweep, Contrast("twice", SMOKE, extra)):
         assert c.arms()[0] == SMOKE.a and set(c.arms()) == {SMOKE.a, *(b for _, b in c.pairs())}
@@ -450,3 +451,26 @@ def test_a_slope_of_a_relative_effect_is_written_in_percentage_points():
     slope = Estimate("slope_heads", -0.0117, -0.0515, 0.028, 5, unit="relative per doubling")
     assert est(slope, n=False) == "-1.17 [-5.15, +2.80] percentage points"
     assert est(Estimate("x", -0.0061, -0.0078, -0.0043, 20)) == "-0.61% [-0.78%, -0.43%], n = 20"
+
+
+def test_committed_tables_are_read_from_the_committed_estimates(tmp_path):
+    """One source: the effects and sizing tables under results/tables are what the estimates file under
+    results/estimates says, to the byte (the tables compute no effect of their own)."""
+    from xsa.report.effects import effect_pairs
+    from xsa.report.estimates import read_estimates
+    from xsa.report.tables import effects_table, power_table, write_table
+    from xsa.runs.records import REPO_ROOT
+    from xsa.studies.registry import get_study
+    study = get_study("default")
+    est = read_estimates(REPO_ROOT / "results" / "estimates" / "default.json")
+    contrasts = [c for c in study.comparisons if isinstance(c, Contrast)]
+    write_table(effects_table(est, effect_pairs(study), contrasts, scored=study.scores), tmp_path, "effects")
+    write_table(power_table(est, study.main, study.pilot_seeds, study.claims, study.half_width_target), tmp_path,
+                "power")
+    for name in ("effects.csv", "effects.md", "power.csv", "power.md"):
+        assert (tmp_path / name).read_bytes() == (REPO_ROOT / "results" / "tables" / name).read_bytes(), name
+    # and a changed estimate is a changed table
+    k = next(k for k in est if k.startswith("fx_") and est[k].value is not None)
+    est[k] = __import__("dataclasses").replace(est[k], value=est[k].value + 1.0)
+    write_table(effects_table(est, effect_pairs(study), contrasts, scored=study.scores), tmp_path, "effects")
+    assert (tmp_path / "effects.csv").read_bytes() != (REPO_ROOT / "results" / "tables" / "effects.csv").read_bytes()

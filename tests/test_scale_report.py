@@ -74,7 +74,9 @@ def test_the_fit_recovers_the_made_up_slopes_and_the_family_is_holm_adjusted(res
                                                           "width 256, 128 steps"))
     assert est["gate at width 64"]["value"] > 0  # the made-up gate keeps only half of XSA's gain
     assert est["T=512"]["n"] == 6 and est["T=256"]["seq_len"] == 256
-    png = fig_scale(est, tmp_path, -0.0032)
+    book = scale_book(results, est)
+    assert book["fit_intercept"].value == pytest.approx(est["fit"]["beta"][0])  # the figure's line, from the estimates
+    png = fig_scale(book, tmp_path, -0.0032)
     assert png.exists() and (tmp_path / "scale.svg").exists()
     assert "d12 (10.5" not in (tmp_path / "scale.svg").read_text()  # no point drawn on an axis it is not on
 
@@ -155,20 +157,19 @@ def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
     assert ("table", "scale_gates") not in blocks  # tables are markdown blocks; the gate table is in the appendix
 
 
-def test_a_level_read_before_its_last_pairs_says_it_is_interim(results, tmp_path):
-    """The first study's shape with two of its six pairs at 384 steps recorded: §4 states that level
-    as an interim reading with its count, and the complete 128-step level without one."""
+def test_a_level_read_before_its_last_pairs_stops_the_text_of_a_final_study(results, tmp_path):
+    """The first study's shape with two of its six pairs at 384 steps recorded: the scale study is registered
+    final, so its text has no interim reading to give, and the build stops naming the level and its count
+    (xsa/report/verdicts.py: whole)."""
+    from xsa.report.verdicts import NotWhole
     shutil.copytree(results, tmp_path / "results")
     long_runs = [r for r in get_study("scale", tmp_path / "results").runs
                  if r.config().model.n_embd == 256 and r.config().num_iterations == 384]
     for run in long_runs:
         if run.seed >= 212:
             shutil.rmtree(tmp_path / "results" / "runs" / run.run_id)
-    scale, section, _ = render_section_4(tmp_path / "results")
-    first = section.split("The first study's shape")[1].split("\n\n")[0]
-    assert scale["width_256_384_steps"].n == 2 and scale["width_256_128_steps"].n == 6
-    assert "at 384" in first and first.count("an interim reading") == 1
-    assert "(an interim reading, 2 of its 6 pairs) at 384" in first
+    with pytest.raises(NotWhole, match=r"scale: width_256_384_steps \(2 of 6 pairs\).*runs_done \(\d+ of \d+ runs\)"):
+        render_section_4(tmp_path / "results")
 
 
 def test_the_gate_map_has_every_layer_and_head_of_both_gate_levels_with_intervals(results, tmp_path):
@@ -237,7 +238,7 @@ def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_com
     assert book["check_prediction_d12"].value != book["prediction_d12"].value  # the refit moved with x4
     assert "length x4" in book["check_prediction_d12"].definition
     # the figure draws the check beside the x4 level, named in its legend
-    fig_scale(scale_estimates(results), tmp_path, -0.0032, check=book["check_common_xsa_rate"])
+    fig_scale(book, tmp_path, -0.0032)
     assert "both arms at XSA&#39;s rate (the check)" in (tmp_path / "scale.svg").read_text() or \
         "both arms at XSA's rate (the check)" in (tmp_path / "scale.svg").read_text()
 

@@ -42,12 +42,12 @@ from xsa.stack.common import autodetect_device, device_name
 from xsa.data.loader import val_batches
 from xsa.data.shards import check_files
 from xsa.runs.plot import new_figure, save_figure
-from xsa.runs.records import atomic_write_json, check_out, provenance, read_json
+from xsa.runs.records import DIAGNOSTIC_METRICS, atomic_write_json, check_out, provenance, read_json
 from xsa.runs.runlock import own_run
 from xsa.stack.spec import arm_record
 from xsa.stack.step import Precision
 
-METRICS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
+METRICS = DIAGNOSTIC_METRICS
 METRIC_LABELS = {
     "cos_y_v": r"cos($y_i$, $v_i$) before XSA",
     "cos_z_v": r"cos($z_i$, $v_i$) after XSA",

@@ -36,6 +36,7 @@ from xsa.studies.predict import Diffs, cochran_q, fit_design
 from xsa.stack.presets import make_config, scaling_params
 from xsa.stack.spec import Arm
 from xsa.studies.kinds import xsa_pair
+from xsa.studies.scale import W256_LONG, W256_SHORT
 
 CANDIDATES = {
     "tokens per parameter": ("tokens_per_param",),
@@ -93,8 +94,8 @@ def conditions(results: Path, rate: float | None = None) -> list[Condition]:
                                                                           for s in seeds)))
     if rate is not None:
         for preset, name, held, seeds in (("cpu-w64-d4-s128", "x1/3 (128 steps)", False, X4_SEEDS),
-                                          ("cpu-w256-d4-s128", "width 256, 128 steps", True, W256_SEEDS),
-                                          ("cpu-w256-d4", "width 256, 384 steps", True, W256_SEEDS)):
+                                          ("cpu-w256-d4-s128", W256_SHORT, True, W256_SEEDS),
+                                          ("cpu-w256-d4", W256_LONG, True, W256_SEEDS)):
             a, b = _arms(preset)
             out.append(Condition(name, axes_of(a.config()),
                                  tuple(relative_effects(results, _at(a, rate), _at(b, rate), seeds).values()), held))

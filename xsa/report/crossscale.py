@@ -18,11 +18,12 @@ from xsa.stack.presets import make_config
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.published import PUBLISHED
 from xsa.studies.registry import SEED_PAPER
+from xsa.studies.scale import HEADS_LEVELS, LENGTH_LEVELS
+from xsa.report.estimates import slug
 
 # this project's conditions as the scale study's book names them (each at its level's own config)
-OURS = {"length_x1_3": "length x1/3", "length_x1": "length x1", "length_x2": "length x2",
-        "check_common_xsa_rate": "length x4", "heads_1": "heads 1", "heads_2": "heads 2", "heads_4": "heads 4",
-        "heads_8": "heads 8"}
+OURS = {**{slug(n): n for n in LENGTH_LEVELS.values() if n != LENGTH_LEVELS["x4"]},
+        "check_common_xsa_rate": LENGTH_LEVELS["x4"], **{slug(n): n for n in HEADS_LEVELS.values()}}
 OURS_LABEL = {"check_common_xsa_rate": "length x4, both arms at one rate"}
 
 

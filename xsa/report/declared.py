@@ -21,14 +21,15 @@ from xsa.report.archive import archived_runs, condition as archived_condition
 from xsa.report.estimates import (Estimate, contrasted, fact, from_values, not_run, paired, slope, slug, with_holm)
 from xsa.report.records import per_seed
 from xsa.report.tables import overhead
+from xsa.report.verdicts import registered
 from xsa.stats import differences, relative_differences
-from xsa.studies.registry import PRECISION, SEED_PAPER, Contrast, Paired, Sweep, Versus
+from xsa.studies.registry import PRECISION, Contrast, Paired, Sweep, Versus, seed_paper_effect
 
 # the seeds the default study's primary comparison was planned with; seeds from 8 on were added by a
 # precision rule stated after an interim look (post hoc)
 PLANNED_SEEDS = frozenset(range(8))
 # the seed paper's d12 effect on val bpb (relative), set beside the robust study's conditions at that depth
-D12 = SEED_PAPER["d12"]["xsa1"]["val_bpb"] / SEED_PAPER["d12"]["base"]["val_bpb"] - 1
+D12 = seed_paper_effect("d12")
 # the robust study's secondary family (its pre-registration), by comparison name -> key
 ROBUST_KEYS = {"cpu-w128-d4 tuned": "two_heads", "heads": "heads", "cpu-w64-d4 tuned T=256": "t256",
                "cpu-w64-d4 tuned T=1024": "t1024", "sequence-length slope": "slope",
@@ -98,6 +99,7 @@ def study_estimates(study, runs, every, tp) -> dict:
     est.update(overheads(study, tp))
     est.update(_setup(study))
     est["cost"] = cost("cost", every)
+    est["final"] = registered(study.final)
     return est
 
 
@@ -150,7 +152,7 @@ def robust_estimates(robust, estimating, selecting, seed_effect=D12) -> dict:
     try:
         p = robust.comparison(robust.primary)
     except KeyError:
-        return {"primary": not_run("primary", "LR selection pending", "primary")}
+        return {"primary": not_run("primary", "LR selection pending", "primary"), "final": registered(robust.final)}
     est["primary"] = paired("primary", estimating, p.a, p.b, family="primary", seed_paper=seed_effect)
     base, xsa = per_seed(estimating, p.a, "val_bpb"), per_seed(estimating, p.b, "val_bpb")
     est["primary_abs"] = from_values(  # the same effect in the metric's own unit, beside the relative one
@@ -192,6 +194,7 @@ def robust_estimates(robust, estimating, selecting, seed_effect=D12) -> dict:
                   else paired(k, estimating, c.a, c.b, "log:diag_mass", family="descriptive"))
     est.update(_setup(robust))
     est["cost"] = cost("cost", [*estimating, *selecting])
+    est["final"] = registered(robust.final)
     return est
 
 

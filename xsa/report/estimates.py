@@ -47,6 +47,7 @@ class Estimate:
     expect: str = ""  # a seed-paper claim: the direction it reports (lower, higher)
     threshold: float = 0.0
     declared: int = 0  # the pairs its study declares (an interim estimate has n below it)
+    verdict: str = ""  # a verdict's outcome: the sentence the text says (xsa/report/verdicts.py)
 
     @property
     def ci(self) -> Interval:
@@ -94,10 +95,10 @@ def from_values(key, values, *, unit, metric, family, definition, runs=(), reaso
                     unit, metric, family, definition, tuple(runs), why, **extra)
 
 
-def paired(key, runs, a, b, metric="val_bpb", seeds=None, family="", **extra) -> Estimate:
-    """b minus a per seed in `metric` (relative to a where the metric table says so)."""
+def paired(key, runs, a, b, metric="val_bpb", seeds=None, family="", absolute=False, **extra) -> Estimate:
+    """b minus a per seed in `metric` (relative to a where the metric table says so, unless `absolute`)."""
     pa, pb = per_seed(runs, a, metric, seeds), per_seed(runs, b, metric, seeds)
-    rel = M.relative(metric)
+    rel = M.relative(metric) and not absolute
     d = relative_differences(pa, pb) if rel else differences(pa, pb)
     what = "relative to each seed's" if rel else "minus"
     definition = (f"{M.label(metric)}: {_arm_text(b)} minus {_arm_text(a)}, {what} baseline, paired by seed "
@@ -116,9 +117,10 @@ def _why(runs, arms, metric) -> str:
     return M.missing_reason(lacking, metric) if lacking else "not run (no records of these arms)"
 
 
-def contrasted(key, runs, c, metric="val_bpb", family="", **extra) -> Estimate:
-    """(c.second's effect) minus (c.first's), per seed."""
-    rel = M.relative(metric)
+def contrasted(key, runs, c, metric="val_bpb", family="", absolute=False, **extra) -> Estimate:
+    """(c.second's effect) minus (c.first's), per seed (each relative where the metric table says so,
+    unless `absolute`)."""
+    rel = M.relative(metric) and not absolute
     diff = relative_differences if rel else differences
     first = diff(per_seed(runs, c.first.a, metric), per_seed(runs, c.first.b, metric))
     second = diff(per_seed(runs, c.second.a, metric), per_seed(runs, c.second.b, metric))
@@ -174,7 +176,7 @@ def with_holm(est: dict, keys) -> None:
 # Files
 
 COLUMNS = ("key", "value", "lo", "hi", "n", "sd", "p", "p_holm", "unit", "metric", "family", "definition", "reason",
-           "seed_paper", "runs")
+           "verdict", "seed_paper", "runs")
 
 
 def _number(x):

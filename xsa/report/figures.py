@@ -6,7 +6,7 @@ saved by one byte-stable saver (`save_figure`).
 from __future__ import annotations
 
 from xsa.runs.plot import DPI, FULL, HALF, new_figure, save_figure  # noqa: F401 (DPI: the paper's print size)
-from xsa.stats import Interval, mean_ci
+from xsa.stats import Interval
 
 
 def _frame(runs, key):
@@ -187,19 +187,19 @@ def fig_task_effects(rows: list[dict], out_dir, name: str):
 
 def fig_gap(curves: dict, out_dir, name: str, relative: bool = True):
     """The key figure: XSA minus baseline in val bpb against training tokens, paired by seed, mean
-    and 95% t-band; one panel per comparison. curves: {panel: {tokens: [per-seed differences]}}."""
+    and 95% t-band; one panel per comparison. curves: {panel: {tokens: Estimate}} (effects.gap_curves)."""
     panels = {k: v for k, v in curves.items() if v}
     if not panels:
         return None
     fig, axes = new_figure(ncols=len(panels), figsize=(FULL if len(panels) > 1 else HALF, 2.5), sharey=True)
     scale = 100 if relative else 1
     for ax, (title, by_tokens) in zip(axes[0], panels.items()):
-        xs = sorted(t for t in by_tokens if t > 0)  # step 0: both arms are the same initial model
-        stats = [mean_ci(by_tokens[t]) for t in xs]
-        mean = [scale * st["mean"] for st in stats]
-        lo = [scale * (st["ci"].lo if st["ci"].defined else st["mean"]) for st in stats]
-        hi = [scale * (st["ci"].hi if st["ci"].defined else st["mean"]) for st in stats]
-        n = max((st["n"] for st in stats), default=0)
+        xs = sorted(by_tokens)
+        stats = [by_tokens[t] for t in xs]
+        mean = [scale * e.value for e in stats]
+        lo = [scale * (e.lo if e.ci.defined else e.value) for e in stats]
+        hi = [scale * (e.hi if e.ci.defined else e.value) for e in stats]
+        n = max((e.n for e in stats), default=0)
         ax.fill_between([x / 1e6 for x in xs], lo, hi, color="C0", alpha=0.25, lw=0, label="95% CI over seeds")
         ax.plot([x / 1e6 for x in xs], mean, marker="o", ms=3, color="C0", label=f"mean of {n} paired seeds")
         ax.axhline(0, color="gray", lw=0.8)

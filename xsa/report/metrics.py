@@ -27,6 +27,7 @@ class Metric:
     recorded: str  # "<file>:<key>": where a run records it (summary.json, eval.json, diagnostics.json,
     # metrics.jsonl's last diagnostic evaluation)
     effects: bool = True  # a row of the effects table and an estimate of each main comparison
+    main: int = 0  # its place among the main table's columns (its mean, interval and paired change); 0: none
 
     @property
     def file(self) -> str:
@@ -38,12 +39,12 @@ class Metric:
 
 
 METRICS = {m.name: m for m in (
-    Metric("val_bpb", "val bpb", "val bpb", "bits per byte", True, "summary.json:val_bpb"),
+    Metric("val_bpb", "val bpb", "val bpb", "bits per byte", True, "summary.json:val_bpb", main=1),
     Metric("core_bpb", "CORE likelihood: bits/byte of the correct continuation", "CORE bpb", "bits per byte",
-           True, "eval.json:core_bpb"),
+           True, "eval.json:core_bpb", main=3),
     Metric("core_margin_bpb", "CORE likelihood: margin over the best wrong option (bits/byte)", "CORE margin",
            "bits per byte", False, "eval.json:core_margin_bpb"),
-    Metric("core", "CORE (centered accuracy)", "CORE", "centered accuracy", False, "eval.json:core"),
+    Metric("core", "CORE (centered accuracy)", "CORE", "centered accuracy", False, "eval.json:core", main=2),
     Metric("chatcore", "ChatCORE", "ChatCORE", "centered accuracy", False, "eval.json:chatcore", effects=False),
     Metric("diag_mass", "diagonal attention mass a_ii (mean over layers)", "a_ii", "attention weight", True,
            "diagnostics.json:diag_mass"),
@@ -63,6 +64,11 @@ def get(name: str) -> Metric:
 def effect_metrics() -> tuple[str, ...]:
     """The metrics every main comparison reports an effect on, in the table's order."""
     return tuple(n for n, m in METRICS.items() if m.effects)
+
+
+def main_metrics() -> tuple[str, ...]:
+    """The metrics the main table shows as columns, in their order."""
+    return tuple(sorted((n for n, m in METRICS.items() if m.main), key=lambda n: METRICS[n].main))
 
 
 def relative(name: str) -> bool:

@@ -31,11 +31,11 @@ from xsa.report.integrity import RecordError, check_present
 from xsa.report.scale_check import check_book, check_conditions, keys as check_keys
 from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, gate_table
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
-from xsa.studies.registry import get_study
-from xsa.studies.scale import CHECKS, D12_RATE_FACTORS, PRECISION_X4, SECONDARY
+from xsa.report.verdicts import ANCHOR_KEYS, registered, scale_verdicts
+from xsa.studies.registry import get_study, seed_paper_effect
+from xsa.studies.scale import (CHECKS, D12_RATE_FACTORS, HEADS_LEVELS, LENGTH_LEVELS, LEVELS, PRECISION_X4, SECONDARY,
+                               W256_LENGTH)
 
-LEVELS = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8",
-          "gate at width 64", "gate at 8 heads", "width 256, 128 steps", "width 256, 384 steps")
 SLOPES = {1: "slope per doubling of heads", 2: "slope per doubling of tokens per parameter",
           3: "slope per doubling of sequence length"}
 SEQ_SEEDS = range(100, 106)  # the robust study's sequence-length seeds
@@ -139,7 +139,7 @@ def heads_slope(results: Path, study) -> dict:
     """Post hoc: per seed, the least-squares slope of XSA's effect against log2 heads over the heads levels
     1, 4 and 8 at width 128 (per doubling of heads); its mean and interval over the seeds with all three."""
     try:
-        pairs = [study.comparison(f"heads {h}") for h in HEADS_SLOPE_LEVELS]
+        pairs = [study.comparison(HEADS_LEVELS[h]) for h in HEADS_SLOPE_LEVELS]
     except KeyError:
         return dict(key=HEADS_SLOPE, value=None, lo=None, hi=None, n=0, declared=0, p=None, status="not declared yet")
     declared = set.intersection(*(declared_seeds(study, p) for p in pairs))
@@ -155,7 +155,7 @@ def scale_estimates(results: Path) -> dict:
     study = get_study("scale", results)
     est = {**level_estimates(results, study), **seq_len_levels(results), **model_estimates(results),
            **model_estimates(results, sensitivity=True)}
-    est["width 256, length"] = _contrast(results, study, "width 256, length")
+    est[W256_LENGTH] = _contrast(results, study, W256_LENGTH)
     est[HEADS_SLOPE] = heads_slope(results, study)
     family = [est.get(name, {}).get("p") for name in SECONDARY]
     for name, adjusted in zip(SECONDARY, holm(family)):
@@ -170,19 +170,19 @@ def scale_estimates(results: Path) -> dict:
     return est
 
 
-def _axis(ax, est, names, x_of, fit, fixed, xlabel, seed_effect, xlim):
-    """One panel: the levels with their intervals, the fitted line along one axis (the others fixed),
-    the seed paper's d12 effect as a dashed line."""
-    for name in names:
-        e = est.get(name) or {}
-        if e.get("value") is not None:
-            err = None if e["lo"] is None else [[e["value"] - e["lo"]], [e["hi"] - e["value"]]]
-            ax.errorbar(x_of(e), 100 * e["value"], yerr=None if err is None else 100 * np.array(err), fmt="o",
+def _axis(ax, points, line, fixed, xlabel, seed_effect, xlim):
+    """One panel: the levels (x, Estimate) with their intervals, the fitted line along one axis (the
+    others fixed; `line` its intercept and slopes, None before the model can fit), the seed paper's d12
+    effect as a dashed line."""
+    for x, e in points:
+        if e.value is not None:
+            err = None if e.lo is None else [[e.value - e.lo], [e.hi - e.value]]
+            ax.errorbar(x, 100 * e.value, yerr=None if err is None else 100 * np.array(err), fmt="o",
                         color="C0", ms=4.5, capsize=2.5, lw=1.1)
-    if fit:
+    if line:
         xs = np.geomspace(*xlim)
-        b = fit["beta"]
-        ys = [b[0] + b[1] * math.log2(fixed(x)[0]) + b[2] * math.log2(fixed(x)[1]) for x in xs]
+        b0, b1, b2 = line
+        ys = [b0 + b1 * math.log2(fixed(x)[0]) + b2 * math.log2(fixed(x)[1]) for x in xs]
         ax.plot(xs, 100 * np.array(ys), color="C0", lw=0.9, alpha=0.6, label="model (other axes fixed)")
     ax.axhline(100 * seed_effect, color="C3", ls="--", lw=0.9, label="seed paper, d12 (one run)")
     ax.axhline(0, color="0.5", lw=0.6)
@@ -191,23 +191,27 @@ def _axis(ax, est, names, x_of, fit, fixed, xlabel, seed_effect, xlim):
     ax.set_xlabel(xlabel)
 
 
-def fig_scale(est: dict, out_dir, seed_effect: float, name: str = "scale", check: Estimate | None = None):
+def fig_scale(book: dict, out_dir, seed_effect: float, name: str = "scale"):
     """XSA's effect against tokens per parameter (one head of 64) and against heads (width 128), each
-    level with its 95% interval and the model along that axis; with `check`, the x4 check's effect at a
-    common rate beside the x4 level (hollow, nudged right). The fit's d12 and d24 numbers are not drawn:
-    d12 differs from these panels on every axis at once (heads, tokens per parameter, context), so no
-    axis here is where it belongs, and the model fails its heterogeneity test; the text gives them."""
+    level with its 95% interval and the model along that axis, from the study's estimates; the x4
+    check's effect at a common rate beside the x4 level (hollow, nudged right). The fit's d12 and d24
+    numbers are not drawn: d12 differs from these panels on every axis at once (heads, tokens per
+    parameter, context), so no axis here is where it belongs, and the model fails its heterogeneity
+    test; the text gives them."""
     fig, axes = new_figure(ncols=2, figsize=(FULL, 3.0), sharey=True)
     left, right = axes[0]
-    fit = est.get("fit")
-    _axis(left, est, [n for n in LEVELS if n.startswith("length")], lambda e: e["tokens_per_param"], fit,
-          lambda x: (1, x), "tokens per scaling parameter (1 head of 64, T = 512)", seed_effect, (0.7, 20))
-    if check is not None and check.n >= 2 and est["length x4"].get("tokens_per_param"):
-        left.errorbar(1.15 * est["length x4"]["tokens_per_param"], 100 * check.value,
+    line = ((book["fit_intercept"].value, book["slope_heads"].value, book["slope_tokens"].value)
+            if book.get("fit_intercept") is not None else None)
+    tpp = {x: book[f"tokens_per_param_{slug(x)}"].value for x in LENGTH_LEVELS}
+    _axis(left, [(tpp[x], book[slug(n)]) for x, n in LENGTH_LEVELS.items()], line, lambda x: (1, x),
+          "tokens per scaling parameter (1 head of 64, T = 512)", seed_effect, (0.7, 20))
+    check = book.get("check_common_xsa_rate")
+    if check is not None and check.n >= 2:
+        left.errorbar(1.15 * tpp["x4"], 100 * check.value,
                       yerr=[[100 * (check.value - check.lo)], [100 * (check.hi - check.value)]], fmt="o", mfc="white",
                       color="C0", ms=4.5, capsize=2.5, lw=1.1, label="x4, both arms at XSA's rate (the check)")
-    _axis(right, est, [n for n in LEVELS if n.startswith("heads")], lambda e: e["heads"], fit,
-          lambda x: (x, 1.2), "heads at width 128 (T = 512)", seed_effect, (0.7, 20))
+    _axis(right, [(h, book[slug(n)]) for h, n in HEADS_LEVELS.items()], line, lambda x: (x, 1.2),
+          "heads at width 128 (T = 512)", seed_effect, (0.7, 20))
     left.set_ylabel("XSA's change in final val bpb (%)")
     entries = {}  # a label both panels carry (the model, the seed paper) listed once
     for ax in (right, left):
@@ -234,7 +238,7 @@ def book_key(name: str) -> str:
 
 def _level(name: str, e: dict, family: str, runs) -> Estimate:
     why = "" if e.get("value") is not None else e.get("status", "not run")
-    what = {"width 256, length": "(second's effect) minus (first's), per seed",
+    what = {W256_LENGTH: "(second's effect) minus (first's), per seed",
             HEADS_SLOPE: "per seed, the least-squares slope of XSA's relative effect on final val bpb against log2 "
                          f"heads over {', '.join(map(str, HEADS_SLOPE_LEVELS))} heads at width 128; stated after "
                          "the heads 1 and 4 levels had landed, so post hoc"
@@ -270,7 +274,7 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
     study = get_study("scale", results)
     est = est if est is not None else scale_estimates(results)
     book = {}
-    for name in (*LEVELS, "T=256", "T=512", "T=1024", "width 256, length", HEADS_SLOPE):
+    for name in (*LEVELS, "T=256", "T=512", "T=1024", W256_LENGTH, HEADS_SLOPE):
         e = est.get(name) or {}
         family = ("primary" if name == study.primary else "secondary" if name in SECONDARY else
                   "post hoc" if name == HEADS_SLOPE else "level")
@@ -279,6 +283,9 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
         tag = next((t for t in FIT_TAGS if name.startswith(t)), "")
         if isinstance(e, dict) and (name.removeprefix(tag) in SLOPES.values() or "prediction" in name):
             book[book_key(name)] = _fit_estimate(name, e, est[f"{tag}fit"]["conditions"])
+    if "fit" in est:  # the line the scale figure draws: its intercept beside the slopes above
+        book["fit_intercept"] = fact("fit_intercept", est["fit"]["beta"][0], "relative", "the model's intercept: "
+                                     "its effect at one head, one token per parameter and T = 512", family="prediction")
     for check in CHECKS:
         book.update(check_book(results, check))
     x4 = book["length_x4"]  # the precision rule's target against what its cap of seeds reached
@@ -293,9 +300,7 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
                                              "registered fit's conditions about its fixed-effect line", family="post hoc")
         book["model_heterogeneity_df"] = fact("model_heterogeneity_df", h["df"], "degrees of freedom", "its df")
         book["model_heterogeneity_p"] = fact("model_heterogeneity_p", h["p"], "p", "its chi-square p", family="post hoc")
-        book["model_fails_heterogeneity"] = fact("model_fails_heterogeneity", int(h["p"] is not None and h["p"] < 0.05),
-                                                 "flag", "1 where that test rejects at 5%: the text then says so")
-    reused = ("length x1", "heads 2")  # the robust study's pairs (its primary, its two-head pairs)
+    reused = (LENGTH_LEVELS["x1"], HEADS_LEVELS[2])  # the robust study's pairs (its primary, its two-head pairs)
     book["levels_with_pairs"] = fact("levels_with_pairs", sum(book[slug(n)].n >= 2 for n in LEVELS if n not in reused),
                                      "levels", "levels of the study's own (not the robust study's it reuses) with "
                                      "at least two paired seeds recorded")
@@ -327,8 +332,10 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
     book["d12_pairs"] = fact("d12_pairs", pairs_to_test(GPU_PAIR_SD, D12_HALF_WIDTH), "pairs",
                              f"d12 pairs for that half-width at an assumed per-pair SD of {100 * GPU_PAIR_SD:.3f}%")
     book.update(gpu_cost_facts(study_d12_config(results), book["d12_pairs"].value))
-    for (source, what, value), key in zip(ANCHORS, ("anchor_nanochat", "anchor_modded_nanogpt", "anchor_golf")):
+    for (source, what, value), key in zip(ANCHORS, ANCHOR_KEYS):
         book[key] = fact(key, value, "relative", f"{source}: {what} (as the source reports it)", family="anchor")
+    book["final"] = registered(study.final and all(c.final for c in CHECKS))
+    book.update(scale_verdicts(book, seed_paper_effect("d12")))  # what §4 and Appendix C say (xsa/report/verdicts.py)
     return book
 
 
@@ -369,7 +376,7 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
     """The levels as the paper's table shows them: each with its records against its declared pairs,
     and the date of its first record (after the pre-registration's, for the study's own levels)."""
     rows = []
-    entries = [(name, book[book_key(name)]) for name in (*LEVELS, "width 256, length", HEADS_SLOPE, "T=256", "T=512",
+    entries = [(name, book[book_key(name)]) for name in (*LEVELS, W256_LENGTH, HEADS_SLOPE, "T=256", "T=512",
                                                           "T=1024")]
     checked = [(f"{c.key}: {n}", book[k]) for c in CHECKS for n, k in check_keys(c).items()]
     for name, e in (*entries, *checked):
@@ -401,6 +408,6 @@ def scale_section(study, results_dir, figures_dir, leave_out=()):
         book = scale_book(view, est)
         table = scale_table(book, view)
         across = cross_scale_rows(book, scale)  # this study's levels beside the published results
-    figures = {"scale": fig_scale(est, figures_dir, study.seed_effect(study.primary), "scale", book["check_common_xsa_rate"])
-               if est.get("fit") else None, "cross_scale": fig_cross_scale(across, figures_dir)}
+    figures = {"scale": fig_scale(book, figures_dir, study.seed_effect(study.primary), "scale")
+               if "fit_intercept" in book else None, "cross_scale": fig_cross_scale(across, figures_dir)}
     return book, {"scale": table, "scale_gates": gate_table(est), "cross_scale": cross_scale_table(across)}, figures

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from xsa.studies.predict import declared_seeds
+from xsa.studies.scale import GATE_H8, GATE_W64
 from xsa.runs.records import read_json
 from xsa.report.estimates import Estimate, fact
 from xsa.stats import Interval, mean_ci
 
-GATES = {"gate at width 64": "gate_w64", "gate at 8 heads": "gate_h8"}  # the gate levels, their keys' prefix
+GATES = {GATE_W64: "gate_w64", GATE_H8: "gate_h8"}  # the gate levels, their keys' prefix
 
 
 def learned_gates(results: Path, study, name: str) -> dict[str, list]:

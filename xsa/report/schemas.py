@@ -140,8 +140,11 @@ ESTIMATE = {  # one xsa.report.estimates.Estimate
         "p": nullable(number(minimum=0, maximum=1)), "p_holm": nullable(number(minimum=0, maximum=1)),
         "n": COUNT, "declared": COUNT,
         "runs": array(text()),
-        **{k: text() for k in ("unit", "metric", "family", "definition", "reason", "expect")},
+        **{k: text() for k in ("unit", "metric", "family", "definition", "reason", "expect", "verdict")},
     },
+    # a verdict (xsa/report/verdicts.py) names the sentence it decides
+    "if": {"properties": {"family": {"const": "verdict"}}, "required": ["family"]},
+    "then": {"properties": {"verdict": text(minLength=1)}, "required": ["verdict"]},
 }
 
 ESTIMATES = {"type": "object", "required": ["estimates"],

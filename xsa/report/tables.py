@@ -1,5 +1,7 @@
 """
-Tables: lists of dicts built from run records, and the one writer of tables (CSV and Markdown).
+Tables: lists of dicts built from run records and the estimates, and the one writer of tables (CSV
+and Markdown). An effect in a table is an estimate (xsa/report/effects.py computes them); a table
+itself computes none, only arms' means and counts.
 
 Rows hold numbers (floats, ints, `Interval`s); `fmt` turns them into text only when a table is
 written or shown, with fixed formats, so the same records give the same bytes.
@@ -15,16 +17,15 @@ from pathlib import Path
 from xsa.stack.config import scaling_params
 from xsa.stack.presets import PRESETS, make_config
 from xsa.runs.records import atomic_write_text
-from xsa.report.metrics import effect_metrics, relative
-from xsa.report.records import _scalar, by_arm, complete, load_runs, metric, per_seed
-from xsa.studies.registry import SEED_PAPER, get_study
-from xsa.stats import (Interval, contrast, differences, mean_ci, paired, relative_differences, seeds_for_half_width,
-                              seeds_needed)
+from xsa.report.metrics import effect_metrics, main_metrics, relative
+from xsa.report.effects import DIAG_KEYS, contrast_name, key
+from xsa.report.records import _scalar, by_arm, complete, metric, per_seed
+from xsa.studies.registry import SEED_PAPER
+from xsa.stats import Interval, mean_ci, seeds_for_half_width, seeds_needed
 
 # the metric table's metrics (xsa/report/metrics.py) each table shows as columns: an arm's mean and
 # 95% CI, and in the main table, for a relative metric, the paired change against the baseline
 RUN_METRICS = ("val_bpb", "core", "chatcore")
-MAIN_METRICS = ("val_bpb", "core", "core_bpb")
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
 
 
@@ -131,11 +132,11 @@ def compute_table(runs) -> list[dict]:
     return rows
 
 
-def arms_table(runs, arms=None, baseline=None, seeds=None) -> list[dict]:
-    """One row per arm (names; default every arm): n, mean and 95% CI of val bpb, CORE, ChatCORE;
-    the paired change of val bpb against `baseline` (an arm name) where given, absolute and
-    relative. With `seeds`, only those seeds count (a sweep is reported on the seeds all its arms
-    have)."""
+def arms_table(runs, arms=None, seeds=None, effects=None) -> list[dict]:
+    """One row per arm (names; default every arm): n, mean and 95% CI of val bpb, CORE, ChatCORE; with
+    `effects` ({arm: (absolute, relative) estimates of its paired change in val bpb against the
+    comparison's base}) that change beside them. With `seeds`, only those seeds count (a sweep is
+    reported on the seeds all its arms have)."""
     groups = by_arm(runs)
     rows = []
     for arm in arms or list(groups):
@@ -144,67 +145,48 @@ def arms_table(runs, arms=None, baseline=None, seeds=None) -> list[dict]:
         for name in RUN_METRICS:
             st = mean_ci(metric(r, name) for r in rs)
             row[name], row[f"{name}_ci95"] = st["mean"], st["ci"]
-        if baseline:
-            e = effect(runs, baseline, arm, "val_bpb", seeds)
-            row.update(d_val_bpb_vs_base=e["mean"], d_ci95=e["ci"], rel_vs_base=e["rel_mean"], rel_ci95=e["rel_ci"])
+        if effects is not None:
+            d, rel = effects[arm]
+            row.update(d_val_bpb_vs_base=d.value, d_ci95=d.ci, rel_vs_base=rel.value, rel_ci95=rel.ci)
         rows.append(row)
     return rows
 
 
-def pair_differences(runs, pair, name: str) -> dict:
-    """{seed: b - a} of a Paired comparison."""
-    return differences(per_seed(runs, pair.a, name), per_seed(runs, pair.b, name))
-
-
-def common_seeds(runs, arms) -> set:
-    """The seeds every one of `arms` has a finished run of."""
-    sets = [set(per_seed(runs, a, "val_bpb")) for a in arms]
-    return set.intersection(*sets) if sets else set()
-
-
-def effect(runs, a, b, name: str, seeds=None) -> dict:
-    """b minus a in `name`, paired by seed: {n, mean, sd, ci} absolute and rel_* relative to a."""
-    pa, pb = per_seed(runs, a, name, seeds), per_seed(runs, b, name, seeds)
-    d = paired(pa, pb)
-    r = mean_ci(relative_differences(pa, pb).values())
-    return {**d, "rel_mean": r["mean"], "rel_ci": r["ci"], "rel_sd": r["sd"]}
-
-
-def contrast_effect(runs, c, name: str) -> dict:
-    """(c.second's b - a) minus (c.first's b - a), per seed, absolute and relative."""
-    d = contrast(pair_differences(runs, c.first, name), pair_differences(runs, c.second, name))
-    rel = lambda p: relative_differences(per_seed(runs, p.a, name), per_seed(runs, p.b, name))
-    r = contrast(rel(c.first), rel(c.second))
-    return {**d, "rel_mean": r["mean"], "rel_ci": r["ci"], "rel_sd": r["sd"]}
-
-
-def _effect_row(label: str, a: str, b: str, name: str, e: dict) -> dict:
+def _effect_row(label: str, a: str, b: str, name: str, est: dict, k: str) -> dict:
+    """A row of the effects table from the estimates of effect `k` on metric `name`."""
     relative_ok = relative(name)
-    return dict(comparison=label, metric=name, a=a, b=b, n=e["n"], d=e["mean"], d_ci95=e["ci"],
-                rel=e["rel_mean"] if relative_ok else None,
-                rel_ci95=e["rel_ci"] if relative_ok else Interval(None, None))
+    d = est[_abs(k)] if relative_ok else est[k]
+    rel = est[k] if relative_ok else None
+    return dict(comparison=label, metric=name, a=a, b=b, n=d.n, d=d.value, d_ci95=d.ci,
+                rel=rel.value if rel else None, rel_ci95=rel.ci if rel else Interval(None, None))
 
 
-def main_table(runs, pairs) -> list[dict]:
+def _abs(k: str) -> str:
+    return f"{k}_abs"
+
+
+def main_table(runs, pairs, est) -> list[dict]:
     """Depth x {baseline, XSA}: ours (n seeds, mean and 95% CI; the XSA row's relative change is
-    the mean of the per-seed paired changes) and the seed paper's (theirs, GPU scale, one run)."""
+    the mean of the per-seed paired changes, from the estimates) and the seed paper's (theirs, GPU
+    scale, one run)."""
     groups, rows = by_arm(runs), []
     for pair in pairs:
         for arm, label in ((pair.a, "baseline"), (pair.b, "XSA a=1")):
             rs = [r for r in groups.get(arm.name, []) if complete(r)]
             row = dict(source="ours", scale=pair.name, arm=label, n=len(rs))
-            for k in MAIN_METRICS:
+            for k in main_metrics():  # the metric table says which, in which order
                 st = mean_ci(metric(r, k) for r in rs)
                 row[k], row[f"{k}_ci95"] = st["mean"], st["ci"]
                 if relative(k):  # not CORE: near chance its relative change means nothing (see effects)
-                    row[f"{k}_rel"] = effect(runs, pair.a, pair.b, k)["rel_mean"] if arm is pair.b else None
+                    e = est.get(key(pair.name, k))
+                    row[f"{k}_rel"] = e.value if arm is pair.b and e is not None else None
             rows.append(row)
     for depth, arms in SEED_PAPER.items():
         for variant, nums in arms.items():
             row = dict(source="theirs (seed paper)", scale=f"{depth} (GPU, theirs)",
                        arm="baseline" if variant == "base" else "XSA a=1", n=1)
             base = arms["base"]
-            for k in MAIN_METRICS:
+            for k in main_metrics():  # the metric table says which, in which order
                 row[k], row[f"{k}_ci95"] = nums.get(k), Interval(None, None)
                 if relative(k):
                     row[f"{k}_rel"] = ((nums[k] - base[k]) / abs(base[k]) if variant == "xsa1" and k in nums
@@ -213,63 +195,62 @@ def main_table(runs, pairs) -> list[dict]:
     return rows
 
 
-def effects_table(runs, pairs, contrasted=None, metrics=None, scored=None) -> list[dict]:
+def effects_table(est, pairs, contrasted=None, metrics=None, scored=None) -> list[dict]:
     """One row per (comparison, metric): b minus a, paired by seed, absolute and relative; with
-    `contrasted` (Contrasts) their second effect minus their first, per seed. `scored(arm)` says
-    whether the study runs CORE on an arm: a comparison with an unscored arm gets no CORE rows
-    (an empty row would read as "no paired seeds yet" where none are planned)."""
+    `contrasted` (Contrasts) their second effect minus their first, per seed; from the estimates.
+    `scored(arm)` says whether the study runs CORE on an arm: a comparison with an unscored arm gets
+    no CORE rows (an empty row would read as "no paired seeds yet" where none are planned)."""
     metrics = metrics or effect_metrics()
 
     def measured(arms):
         return [m for m in metrics if not m.startswith("core") or scored is None or all(map(scored, arms))]
-    rows = [_effect_row(p.name, p.a.name, p.b.name, name, effect(runs, p.a, p.b, name))
+    rows = [_effect_row(p.name, p.a.name, p.b.name, name, est, key(p.name, name))
             for p in pairs for name in measured(p.arms())]
     for c in contrasted or ():
-        rows += [_effect_row(f"({c.second.name}) minus ({c.first.name})", c.first.name, c.second.name, name,
-                             contrast_effect(runs, c, name)) for name in measured([*c.first.arms(), *c.second.arms()])]
+        rows += [_effect_row(contrast_name(c), c.first.name, c.second.name, name, est, key(contrast_name(c), name))
+                 for name in measured([*c.first.arms(), *c.second.arms()])]
     return rows
 
 
-def power_table(runs, pairs, pilot_seeds, claims=(), half_width_target=None) -> list[dict]:
+def power_table(est, pairs, pilot_seeds, claims=(), half_width_target=None) -> list[dict]:
     """The sizing of the study: per main comparison, the paired SD of the final val bpb over the
     pilot seeds, the seeds that give 80% power to exclude zero at the seed paper's effect, what
     the finished study achieved (n, CI half-width), and the seeds its spread over all seeds says a
-    relative half-width of `half_width_target` would take."""
+    relative half-width of `half_width_target` would take; from the estimates."""
     effects = {c.comparison: c.seed_effect for c in claims if c.metric == "val_bpb" and c.seed_effect is not None}
+    half = lambda e: (e.hi - e.lo) / 2 if e.ci.defined else None
     rows = []
     for p in pairs:
-        pilot = effect(runs, p.a, p.b, "val_bpb", seeds=set(pilot_seeds))
-        first8 = effect(runs, p.a, p.b, "val_bpb", seeds=set(range(8)))  # where the precision rule looks
-        full = effect(runs, p.a, p.b, "val_bpb")
+        pilot, pilot_abs = est[key(p.name, on="pilot")], est[key(p.name, absolute=True, on="pilot")]
+        first8 = est[key(p.name, on="first8")]  # where the precision rule looks
+        full, full_abs = est[key(p.name)], est[key(p.name, absolute=True)]
         seed_rel = effects.get(p.name)
-        needed = (seeds_needed(pilot["rel_sd"], seed_rel) if seed_rel is not None and pilot["rel_sd"] else None)
-        half = (full["rel_ci"].hi - full["rel_ci"].lo) / 2 if full["rel_ci"].defined else None
-        rows.append(dict(comparison=p.name, pilot_n=pilot["n"], pilot_sd=pilot["sd"], pilot_rel_sd=pilot["rel_sd"],
-                         seed_paper_effect_rel=seed_rel, seeds_for_80pct_power=needed, n=full["n"],
-                         sd=full["sd"], rel_sd=full["rel_sd"], rel_ci_half_width=half,
-                         rel_ci_half_width_first8=(first8["rel_ci"].hi - first8["rel_ci"].lo) / 2
-                         if first8["n"] == 8 and first8["rel_ci"].defined else None,
-                         ci_half_width=(full["ci"].hi - full["ci"].lo) / 2 if full["ci"].defined else None,
-                         seeds_for_target=seeds_for_half_width(full["rel_sd"], half_width_target)
-                         if half_width_target and full["rel_sd"] else None))
+        needed = (seeds_needed(pilot.sd, seed_rel) if seed_rel is not None and pilot.sd else None)
+        rows.append(dict(comparison=p.name, pilot_n=pilot_abs.n, pilot_sd=pilot_abs.sd, pilot_rel_sd=pilot.sd,
+                         seed_paper_effect_rel=seed_rel, seeds_for_80pct_power=needed, n=full_abs.n,
+                         sd=full_abs.sd, rel_sd=full.sd, rel_ci_half_width=half(full),
+                         rel_ci_half_width_first8=half(first8) if first8.n == 8 else None,
+                         ci_half_width=half(full_abs),
+                         seeds_for_target=seeds_for_half_width(full.sd, half_width_target)
+                         if half_width_target and full.sd else None))
     return rows
 
 
-def diagnostics_effects_table(runs, pairs, keys) -> list[dict]:
+def diagnostics_effects_table(runs, pairs, keys, est) -> list[dict]:
     """Per comparison, layer and diagnostics metric: baseline mean, XSA mean, XSA minus baseline
-    paired by seed with its 95% CI."""
+    paired by seed with its 95% CI (from the estimates)."""
     rows = []
     for p in pairs:
         layers = max((len((r["diagnostics"] or {}).get("layers") or []) for r in runs if r["arm"] == p.a.name), default=0)
         for k in keys:
             for i in range(layers):
                 name = f"diag:{k}:{i}"
-                a, b = per_seed(runs, p.a, name), per_seed(runs, p.b, name)
-                d = paired(a, b)
-                rows.append(dict(comparison=p.name, metric=k, layer=i, n=d["n"], baseline=mean_ci(a.values())["mean"],
-                                 xsa=mean_ci(b.values())["mean"], d=d["mean"], d_ci95=d["ci"],
-                                 direction=("higher" if d["ci"].lo > 0 else "lower" if d["ci"].hi < 0 else "includes 0")
-                                 if d["ci"].defined else "n/a"))
+                d = est[key(p.name, name)]
+                rows.append(dict(comparison=p.name, metric=k, layer=i, n=d.n,
+                                 baseline=mean_ci(per_seed(runs, p.a, name).values())["mean"],
+                                 xsa=mean_ci(per_seed(runs, p.b, name).values())["mean"], d=d.value, d_ci95=d.ci,
+                                 direction=("higher" if d.lo > 0 else "lower" if d.hi < 0 else "includes 0")
+                                 if d.ci.defined else "n/a"))
     return rows
 
 
@@ -280,24 +261,18 @@ def core_tasks_table(runs, arms) -> list[dict]:
             for t in labels]
 
 
-def task_effects_table(runs, pairs) -> list[dict]:
+def task_effects_table(runs, pairs, est) -> list[dict]:
     """Per main comparison and CORE task: XSA minus baseline in the bits per byte of the task's
-    correct continuations, paired by seed, absolute and relative."""
+    correct continuations, paired by seed, absolute and relative (from the estimates)."""
     rows = []
     for p in pairs:
         tasks = sorted({t for r in runs if r["arm"] in (p.a.name, p.b.name) for t in ((r["eval"] or {}).get("tasks") or {})})
         for t in tasks:
-            e = effect(runs, p.a, p.b, f"task_bpb:{t}")
-            if e["n"]:
-                rows.append(dict(comparison=p.name, task=t, n=e["n"], d=e["mean"], d_ci95=e["ci"],
-                                 rel=e["rel_mean"], rel_ci95=e["rel_ci"]))
+            rel, d = est[key(p.name, f"task_bpb:{t}")], est[key(p.name, f"task_bpb:{t}", absolute=True)]
+            if d.n:
+                rows.append(dict(comparison=p.name, task=t, n=d.n, d=d.value, d_ci95=d.ci, rel=rel.value,
+                                 rel_ci95=rel.ci))
     return rows
-
-
-DIAG_KEYS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
-# the paired effects leave out cos(z, v): zero by construction under XSA, it is a check of the
-# projection (validation), and "XSA minus baseline" of it would only restate the baseline's cos(y, v)
-DIAG_EFFECT_KEYS = tuple(k for k in DIAG_KEYS if k != "cos_z_v")
 
 
 def diagnostics_table(runs, arms) -> list[dict]:
@@ -365,11 +340,9 @@ def setup_table(*studies) -> list[dict]:
     return rows
 
 
-def gpu_table(results_dir) -> list[dict]:
+def gpu_table(runs, study, est) -> list[dict]:
     """Our GPU-scale runs (the gpu study), when their records exist, with the recipe each used; else
-    no rows."""
-    gpu = get_study("gpu")
-    runs = load_runs(results_dir, [r.run_id for r in gpu.runs])
-    recipes = {p.name: p.a.config().recipe for p in gpu.main}
-    return [{**r, "recipe": recipes[r["scale"]]} for r in main_table(runs, gpu.main)
+    no rows. `est`: the gpu study's shown effects (xsa/report/effects.py)."""
+    recipes = {p.name: p.a.config().recipe for p in study.main}
+    return [{**r, "recipe": recipes[r["scale"]]} for r in main_table(runs, study.main, est)
             if r["source"] == "ours" and r["n"] > 0]

@@ -24,6 +24,7 @@ import jinja2
 from xsa.runs.records import REPO_ROOT
 from xsa.report.estimates import Book, Estimate
 from xsa.report.published import PUBLISHED
+from xsa.report.verdicts import whole
 
 TEXT = REPO_ROOT / "paper" / "text"
 _MARK = "\x00STALE{}\x00"
@@ -203,7 +204,7 @@ def _render_once(source: str, paper: Paper, context: dict) -> str:
     env.filters.update(pct=pct, est=est, size=size, p=pvalue, num=num, millions=millions, value=value,
                        ci=pct_ci)
     env.globals.update(claim=paper.claim, figure=paper.figure, table=paper.table, ref=paper.ref,
-                       verdict_of=verdict_of, appendix=paper.appendix, pub=PUBLISHED)
+                       verdict_of=verdict_of, appendix=paper.appendix, pub=PUBLISHED, whole=whole)
     return env.from_string(source).render(**context)
 
 

@@ -301,6 +301,9 @@ def provenance(*, config_hash: str, seed: int | None, device: str, wall_time_s: 
 RUN_RECORDS = {"config.json": "config", "summary.json": "summary", "provenance.json": "provenance",
                "metrics.jsonl": "metrics", "eval.json": "eval", "core_items.json": "core items",
                "diagnostics.json": "diagnostics"}
+# what diagnostics.json holds per layer (and per head), in the order tables show them; the stage, its
+# schema and the paper's tables and figures read this one list
+DIAGNOSTIC_METRICS = ("cos_y_v", "cos_z_v", "diag_mass", "first_mass", "entropy", "cos_v_v")
 # a record's kind read from its keys, first match: (kind, keys it holds)
 KIND_KEYS = (("diagnostics", {"layers"}), ("eval", {"core_detail"}), ("eval", {"chat_detail"}),
              ("throughput", {"overhead_ratio"}), ("summary", {"final_weights_sha256"}),

@@ -149,6 +149,10 @@ class Study:
     pending: tuple[str, ...] = ()  # an adaptive study's comparisons its rules have not declared yet
     prediction: str = ""  # an adaptive study whose records make this paper's scale section (its model and prediction)
     checks: tuple[str, ...] = ()  # studies registered after some of this one's records, checking one of its levels
+    # every run its rules declare has a finished record and they declare no more: the paper states it whole,
+    # with no interim reading (tests/test_verdicts.py holds the flag to the records; xsa/report/verdicts.py
+    # stops the build where a final study's estimates are not whole)
+    final: bool = False
 
     def __post_init__(self):
         # every paper has a primary comparison: a study that names none reports its first main pair

@@ -35,12 +35,12 @@ from xsa.stack.presets import scaling_params
 from xsa.stats import t_critical
 from xsa.studies.registry import get_study
 from xsa.studies.kinds import Paired
-from xsa.studies.scale import SELECTION_SEEDS
+from xsa.studies.scale import HEADS_LEVELS, LENGTH_LEVELS, SELECTION_SEEDS, W256_LONG, W256_SHORT
 
 # the comparisons the model is fitted on (all-layer XSA against the baseline, each arm at its tuned LR)
-FIT_SCALE = ("length x1/3", "length x1", "length x2", "length x4", "heads 1", "heads 2", "heads 4", "heads 8")
+FIT_SCALE = (*LENGTH_LEVELS.values(), *HEADS_LEVELS.values())
 FIT_ROBUST = ("cpu-w64-d4 tuned T=256", "cpu-w64-d4 tuned T=1024")
-SENSITIVITY = ("width 256, 128 steps", "width 256, 384 steps")  # untuned at width 256: a second fit only
+SENSITIVITY = (W256_SHORT, W256_LONG)  # untuned at width 256: a second fit only
 
 T_REF = 512  # the sequence length of every CPU preset: log2(T / T_REF) is 0 there
 AXES = ("heads", "tokens per parameter", "sequence length")

@@ -45,6 +45,11 @@ SEED_PAPER = {
 }
 
 
+def seed_paper_effect(depth: str) -> float:
+    """The seed paper's val-bpb effect at `depth`, relative to its baseline (about -0.32% at d12)."""
+    return SEED_PAPER[depth]["xsa1"]["val_bpb"] / SEED_PAPER[depth]["base"]["val_bpb"] - 1
+
+
 def _seed_claim(text: str, depth: str, comparison: str, metric: str, expect: str) -> "Claim":
     """A claim on one of the seed paper's numbers: its change as it reads, and its effect in the unit
     judged (relative for val bpb, absolute for CORE)."""
@@ -96,7 +101,7 @@ def _default() -> Study:
     return Study(
         name="default", scale="CPU scale (2-core CPU, fp32; 64-wide models, not the seed paper's d12/d24)",
         runs=unique_runs(runs), main=(d4, d8), primary=d4.name, pilot_seeds=(0, 1),
-        half_width_target=0.002, robustness="robust", prediction="scale", archived=(EARLIER,),
+        half_width_target=0.002, robustness="robust", prediction="scale", archived=(EARLIER,), final=True,
         comparisons=(Contrast("depth", d4, d8), Contrast("optimizer", d4, adamw), Contrast("smear_backout", d4, plain),
                      sweep, *lr),
         claims=(
@@ -201,7 +206,7 @@ def _robust(results) -> Study:
     return Study(
         name="robust", scale="CPU scale (2-core CPU, fp32, compiled; 64- and 128-wide models, not d12/d24)",
         runs=unique_runs(runs), main=tuple(main), comparisons=tuple(comparisons), primary="cpu-w64-d4 tuned",
-        half_width_target=PRECISION.half_width, estimate_from=PRECISION.start, core_arms=(),
+        half_width_target=PRECISION.half_width, estimate_from=PRECISION.start, core_arms=(), final=True,
         preregistered=("8717a11", "2026-12-02 00:05"), diagnostics=dict(batch_size=8, batches=2),
         rules=(("each arm's matrix LR at cpu-w64-d4", PICK.describe()),
                ("each arm's matrix LR at cpu-w128-d4", PICK_HEADS.describe()),

@@ -40,9 +40,16 @@ PRECISION_X4 = PrecisionRule(first=8, block=4, most=16, half_width=0.002, start=
 LENGTHS = {"cpu-w64-d4-s128": "x1/3", "cpu-w64-d4": "x1", "cpu-w64-d4-s768": "x2", "cpu-w64-d4-s1536": "x4"}
 SELECTION_SEEDS = frozenset(SELECT.seeds)  # never in an estimate
 HEADS = (1, 2, 4, 8)
+# every level's name, defined here once: the study's comparisons, its report and its paper use these
+LENGTH_LEVELS = {x: f"length {x}" for x in LENGTHS.values()}
+HEADS_LEVELS = {h: f"heads {h}" for h in HEADS}
+GATE_W64, GATE_H8 = "gate at width 64", "gate at 8 heads"
+W256_SHORT, W256_LONG, W256_LENGTH = "width 256, 128 steps", "width 256, 384 steps", "width 256, length"
+LEVELS = (*LENGTH_LEVELS.values(), *HEADS_LEVELS.values(), GATE_W64, GATE_H8, W256_SHORT, W256_LONG)
+FINAL = True  # every run its rules declare has its record, and they declare no more (Study.final)
 # the secondary family (Holm over it; xsa/report/scale.py)
-SECONDARY = ("slope per doubling of tokens per parameter", "slope per doubling of heads", "gate at width 64",
-             "gate at 8 heads", "width 256, 128 steps", "width 256, length")
+SECONDARY = ("slope per doubling of tokens per parameter", "slope per doubling of heads", GATE_W64, GATE_H8, W256_SHORT,
+             W256_LENGTH)
 
 
 def _lr(arm: Arm) -> float:
@@ -83,7 +90,7 @@ def length_x4(results: Path) -> tuple[list, Paired | None]:
     runs, lrs = _bracket(results, x4)
     if not lrs:
         return runs, None
-    tuned = _at(x4, "length x4", *lrs)
+    tuned = _at(x4, LENGTH_LEVELS["x4"], *lrs)
     return runs + _pairs(tuned, PRECISION_X4.seeds(results, *tuned.arms())), tuned
 
 
@@ -92,12 +99,12 @@ def head_pairs(results: Path) -> tuple[list, dict]:
     selections, H = 4 at H = 8's (the nearer bracketed count), H = 2 the robust study's pairs."""
     brackets = {h: _bracket(results, _heads(h)) for h in (1, 8)}
     runs = [r for b, _ in brackets.values() for r in b]
-    levels = {2: _at(_heads(2), "heads 2", ROBUST_LR)}
+    levels = {2: _at(_heads(2), HEADS_LEVELS[2], ROBUST_LR)}
     if brackets[1][1]:
-        levels[1] = _at(_heads(1), "heads 1", *brackets[1][1])
+        levels[1] = _at(_heads(1), HEADS_LEVELS[1], *brackets[1][1])
     if brackets[8][1]:
-        levels[8] = _at(_heads(8), "heads 8", *brackets[8][1])
-        levels[4] = _at(_heads(4), "heads 4", *brackets[8][1])
+        levels[8] = _at(_heads(8), HEADS_LEVELS[8], *brackets[8][1])
+        levels[4] = _at(_heads(4), HEADS_LEVELS[4], *brackets[8][1])
     runs += _pairs(levels[2], ROBUST_HEADS_SEEDS)
     runs += [r for h in (1, 4, 8) if h in levels for r in _pairs(levels[h], PAIRS)]
     return runs, {h: levels[h] for h in HEADS if h in levels}
@@ -106,11 +113,11 @@ def head_pairs(results: Path) -> tuple[list, dict]:
 def other_lengths(x4: Paired | None) -> tuple[list, dict]:
     """S1's other levels: x2 at x4's selection (the nearer bracketed length), x1/3 and x1 at the robust
     selection (x1 is the robust primary, its records reused); (runs, {level: pair})."""
-    levels = {"x1/3": _at(xsa_pair("cpu-w64-d4-s128", **FAST), "length x1/3", ROBUST_LR),
-              "x1": _at(xsa_pair("cpu-w64-d4", **FAST), "length x1", ROBUST_LR)}
+    levels = {"x1/3": _at(xsa_pair("cpu-w64-d4-s128", **FAST), LENGTH_LEVELS["x1/3"], ROBUST_LR),
+              "x1": _at(xsa_pair("cpu-w64-d4", **FAST), LENGTH_LEVELS["x1"], ROBUST_LR)}
     runs = []
     if x4 is not None:
-        levels["x2"] = _at(xsa_pair("cpu-w64-d4-s768", **FAST), "length x2", x4.a.get("matrix_lr"),
+        levels["x2"] = _at(xsa_pair("cpu-w64-d4-s768", **FAST), LENGTH_LEVELS["x2"], x4.a.get("matrix_lr"),
                            x4.b.get("matrix_lr"))
         runs += _pairs(levels["x2"], PAIRS)
     runs += _pairs(levels["x1/3"], PAIRS) + _pairs(levels["x1"], ROBUST_PRIMARY_SEEDS)
@@ -128,23 +135,23 @@ def scale_study(results: Path) -> Study:
     more, lengths = other_lengths(x4)
     runs += more
     # S3: the gate against fixed alpha = 1, new pairs at both places
-    gates = [Paired("gate at width 64", lengths["x1"].b, gate_arm(lengths["x1"].b))]
+    gates = [Paired(GATE_W64, lengths["x1"].b, gate_arm(lengths["x1"].b))]
     if 8 in heads:
-        gates.append(Paired("gate at 8 heads", heads[8].b, gate_arm(heads[8].b)))
+        gates.append(Paired(GATE_H8, heads[8].b, gate_arm(heads[8].b)))
     runs += [r for g in gates for r in _pairs(g, PAIRS)]
     # S4: the first study's shape at its length and at the primary's, both arms at the robust selection
-    short = _at(xsa_pair("cpu-w256-d4-s128", **FAST), "width 256, 128 steps", ROBUST_LR)
-    long_ = _at(xsa_pair("cpu-w256-d4", **FAST), "width 256, 384 steps", ROBUST_LR)
+    short = _at(xsa_pair("cpu-w256-d4-s128", **FAST), W256_SHORT, ROBUST_LR)
+    long_ = _at(xsa_pair("cpu-w256-d4", **FAST), W256_LONG, ROBUST_LR)
     runs += _pairs(short, S4_PAIRS) + _pairs(long_, S4_PAIRS)
-    pending = [*(["length x4", "length x2"] if x4 is None else []),
-               *(f"heads {h}" for h in HEADS if h not in heads), *([] if 8 in heads else ["gate at 8 heads"])]
+    pending = [*([LENGTH_LEVELS["x4"], LENGTH_LEVELS["x2"]] if x4 is None else []),
+               *(HEADS_LEVELS[h] for h in HEADS if h not in heads), *([] if 8 in heads else [GATE_H8])]
     return Study(
         name="scale", scale="CPU scale (2-core CPU, fp32, compiled; 64- to 256-wide models, not d12/d24)",
         runs=unique_runs(runs), main=tuple(lengths[k] for k in LENGTHS.values() if k in lengths),
-        comparisons=(*heads.values(), *gates, short, long_, Contrast("width 256, length", long_, short)),
-        primary="length x4", half_width_target=PRECISION_X4.half_width, core_arms=(), pending=tuple(pending),
+        comparisons=(*heads.values(), *gates, short, long_, Contrast(W256_LENGTH, long_, short)),
+        primary=LENGTH_LEVELS["x4"], half_width_target=PRECISION_X4.half_width, core_arms=(), pending=tuple(pending),
         preregistered=("8c19852", "2026-12-02 22:07"), checks=tuple(c.name for c in CHECKS),
-        diagnostics=dict(batch_size=8, batches=2),
+        diagnostics=dict(batch_size=8, batches=2), final=FINAL,
     )
 
 
@@ -162,6 +169,7 @@ class RateCheck:
     key: str  # its estimates' prefix in the scale study's book ("check")
     seeds: range = PAIRS  # the level's first pairs
     preregistered: tuple[str, str] | None = None  # (commit, UTC date) of its registration
+    final: bool = False  # every run it declares has its record (Study.final)
 
     @property
     def label(self) -> str:
@@ -185,7 +193,7 @@ class RateCheck:
         level = xsa_pair(self.preset, **FAST)
         _, lrs = _bracket(results, level)
         if not lrs or lrs[0] == lrs[1]:
-            return Study(name=self.name, scale=self.scale, runs=(), main=(), pending=self.order)
+            return Study(name=self.name, scale=self.scale, runs=(), main=(), pending=self.order, final=self.final)
         (lr_base, lr_xsa), (base, xsa) = lrs, level.arms()
         tuned_base, tuned_xsa = base.with_(matrix_lr=lr_base), xsa.with_(matrix_lr=lr_xsa)
         base_at_xsa, xsa_at_base = base.with_(matrix_lr=lr_xsa), xsa.with_(matrix_lr=lr_base)
@@ -195,7 +203,7 @@ class RateCheck:
         runs = [base_at_xsa.run(s) for s in self.seeds] + [xsa_at_base.run(s) for s in self.seeds]
         return Study(name=self.name, scale=self.scale, runs=unique_runs(runs), main=(first,),
                      comparisons=pairs[1:], primary=first.name, core_arms=(), estimate_from=ESTIMATE_FROM,
-                     diagnostics=dict(batch_size=8, batches=2), preregistered=self.preregistered)
+                     diagnostics=dict(batch_size=8, batches=2), preregistered=self.preregistered, final=self.final)
 
 
 def describe_level(preset: str) -> str:
@@ -208,7 +216,8 @@ def describe_level(preset: str) -> str:
 # The x4 check, registered after the x4 level's records and before its own runs
 # (results/scale-check/preregistration.md). At x4 the baseline at its selected matrix LR spread over twice
 # XSA's range between seeds (some seeds learn markedly slower), and each arm's selection rested on two seeds.
-CHECKS = (RateCheck("scale-check", "length x4", "cpu-w64-d4-s1536", "check", preregistered=("ca596fb", "2026-12-04 03:21")),)
+CHECKS = (RateCheck("scale-check", LENGTH_LEVELS["x4"], "cpu-w64-d4-s1536", "check",
+                   preregistered=("ca596fb", "2026-12-04 03:21"), final=True),)
 
 
 # The test at d12 on a GPU server, re-registered with the factorial study (results/d12-test/
