@@ -117,6 +117,10 @@ def test_each_verdict_the_template_tests_is_a_key_with_that_outcome():
     assert len(tested) >= 5
     for var, key, outcome in tested:
         est = book[variables[var]]
+        if variables[var] == "factorial" and not est["final"].value:  # its verdicts come once it is whole
+            from xsa.report.factorial import VERDICTS as FACTORIAL
+            assert outcome in OUTCOMES[FACTORIAL[key]], f"{var}.{key}: {outcome!r} is not a {FACTORIAL[key]} outcome"
+            continue
         assert key in est and est[key].family == "verdict", f"{var}.{key}: no such verdict"
         assert outcome in OUTCOMES[est[key].unit], f"{var}.{key}: {outcome!r} is not a {est[key].unit} outcome"
     # direction(...) reads <key>_direction, and chooses a sentence for each of its outcomes
@@ -219,3 +223,36 @@ def test_the_estimates_schema_holds_a_verdict_to_its_outcome():
     assert problems("estimates", ok, "x.json") == []
     ok["estimates"][0]["verdict"] = ""
     assert problems("estimates", ok, "x.json") != []
+
+
+@committed
+def test_the_factorial_section_says_what_each_registered_outcome_says_once_whole():
+    """The factorial study is not final: its text states none of its contrasts and no d12 number. Marked
+    final (every cell whole), each outcome of its registered decision table chooses its sentence: a
+    conditional d12 number for the account named, or the candidates' numbers side by side and no statement."""
+    from xsa.report.verdicts import axis, model
+    book = _book()
+    interim = _render(book)
+    text = lambda blocks: " ".join(c for kind, c in blocks if kind == "markdown")
+    assert "Its runs are in progress" in text(interim) and "registered table" not in text(interim)
+    f = {**book["factorial"], "final": registered(True)}
+    judged = f["equal_tokens_per_param"]
+    for outcome in OUTCOMES["axis"]:
+        for chosen in (["steps", "tokens seen"], ["tokens per parameter"]):
+            for p in (0.01, 0.5):
+                said = text(_render({**book, "factorial": {**f, "axis": axis("axis", outcome, judged),
+                                                          "model_chosen": model("model_chosen", chosen),
+                                                          "model_fit": fit("model_fit", p)}}))
+                assert "Its runs are in progress" not in said and "Table A" in said
+                if outcome in ("steps", "tokens per parameter"):
+                    assert f"the gain follows {'optimizer steps' if outcome == 'steps' else 'tokens per parameter'}" in said
+                    assert "makes no d12 statement" not in said
+                else:
+                    assert f"these name no account ({outcome})" in said and "makes no d12 statement" in said
+                assert ("even the chosen model does not fit" in said) == (p < 0.05)
+                assert ("criterion chooses\nsteps" in said or "criterion chooses steps" in said) == ("steps" in chosen)
+    assert model("m", ["tokens per parameter + parameters", "steps + parameters"]).verdict == "with parameters"
+    from xsa.report.factorial import VERDICTS, factorial_verdicts, model_book
+    from xsa.runs.records import REPO_ROOT as root
+    made = factorial_verdicts(root / "results", book["factorial"], model_book(root / "results")[1])
+    assert {k: e.unit for k, e in made.items()} == VERDICTS  # the kinds the check above reads are the ones made

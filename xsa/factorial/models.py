@@ -134,9 +134,22 @@ def heterogeneity(conds, names) -> dict:
     return cochran_q(np.array([c.mean for c in conds]), np.array([c.var for c in conds]), design(conds, names))
 
 
+def d12_numbers(conds, names) -> dict:
+    """Each named candidate's number at d12, fitted on `conds`: its mean and 95% interval for the true
+    effect there (t on the candidate's residual degrees of freedom), conditional on the candidate."""
+    out = {}
+    for name in names:
+        axes = CANDIDATES[name]
+        t = sps.t.ppf(0.975, len(conds) - len(axes) - 1)
+        mu, var = predict(fit(conds, axes), design([Condition("d12", axes_of(D12), ())], axes)[0])
+        out[name] = dict(value=mu, lo=mu - t * math.sqrt(var), hi=mu + t * math.sqrt(var))
+    return out
+
+
 def compare(results: Path, rate: float | None = None) -> dict:
     """Every candidate's score; the chosen one (the lowest, ties listed) with its heterogeneity test,
-    residuals, held-out predictions and conditional d12 number."""
+    residuals, held-out predictions and conditional d12 number; and every candidate's d12 number, which
+    the text sets side by side where the registered table names no account."""
     every = conditions(results, rate)
     fitted = [c for c in every if not c.held_out]
     scores = {name: loco(fitted, axes) for name, axes in CANDIDATES.items()}
@@ -150,14 +163,9 @@ def compare(results: Path, rate: float | None = None) -> dict:
     chosen = [k for k, v in pool.items() if abs(v - best) <= 1e-9 * max(1.0, best)]
     axes = CANDIDATES[chosen[0]]
     model = fit(fitted, axes)
-    t = sps.t.ppf(0.975, len(fitted) - len(axes) - 1)
     residuals = {c.name: c.mean - predict(model, design([c], axes)[0])[0] for c in fitted}
     held = {c.name: dict(observed=c.mean, predicted=predict(model, design([c], axes)[0])[0]) for c in every if c.held_out}
-    d12 = {}
-    for name in chosen:
-        m = fit(fitted, CANDIDATES[name])
-        mu, var = predict(m, design([Condition("d12", axes_of(D12), ())], CANDIDATES[name])[0])
-        d12[name] = dict(value=mu, lo=mu - t * math.sqrt(var), hi=mu + t * math.sqrt(var))
     return dict(conditions=[c.name for c in fitted], scores=scores, chosen=chosen,
                 heterogeneity=heterogeneity(fitted, axes), residuals=residuals, held_out=held,
-                slopes={a: float(model[0][i + 1]) for i, a in enumerate(axes)}, tau2=model[2], d12_conditional=d12)
+                slopes={a: float(model[0][i + 1]) for i, a in enumerate(axes)}, tau2=model[2],
+                d12_conditional=d12_numbers(fitted, chosen), d12_every=d12_numbers(fitted, valid))

@@ -32,7 +32,7 @@ from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
 from xsa.report.estimates import Book, read_estimates, write_estimates
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
-from xsa.report.factorial import factorial_book
+from xsa.report.factorial import factorial_book, factorial_table
 from xsa.report.scale import scale_section
 from xsa.stats import Interval
 from xsa.studies.scale import CHECKS
@@ -191,6 +191,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
         estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir, leave_out)
         estimates["factorial"] = factorial_book(results_dir)  # the factorial study, as far as it has trained
+        tables["factorial"] = factorial_table(estimates["factorial"])
         tables.update(scale_tables)
         done = [(name, load_runs(results_dir, list(estimates[study.prediction][key].runs)))  # its runs so far
                 for name, key in ((study.prediction, "runs_done"), *((c.name, f"{c.key}_runs_done") for c in CHECKS))]

@@ -117,6 +117,13 @@ COLUMNS = {
     "xsa_layers": Column("XSA layers"),
     "studies": Column("studies"),
     "core": Column(METRICS["core"].header, digits=4),
+    "cell": Column("cell"),
+    "steps_multiple": Column("steps multiple", digits=2),
+    "steps_multiple_ci95": Column("95% CI", digits=2),
+    "variance_ratio": Column("variance ratio", digits=2),
+    "variance_ratio_ci95": Column("95% CI", digits=2),
+    "spiky_base": Column("spiky baseline runs"),
+    "spiky_xsa": Column("spiky XSA runs"),
 }
 # the columns each table shows in the paper (the main table's: display)
 DISPLAY = {
@@ -138,6 +145,8 @@ DISPLAY = {
     "lr_selection": ["grid", "preset", "matrix_lr", "n", "val_bpb", "selected"],
     "scale": ["level", "n", "declared", "rel", "rel_ci95", "p_holm", "status", "first_record"],
     "scale_gates": ["level", "layer", "head", "n", "value", "ci"],
+    "factorial": ["cell", "matrix_lr", "steps", "tokens_per_param", "n", "declared", "rel", "rel_ci95", "steps_multiple",
+                  "steps_multiple_ci95", "variance_ratio", "spiky_base", "spiky_xsa"],
 }
 # a sweep's or an ablation's table (arms_table): the arms and their paired change in val bpb
 DISPLAY_ARMS = ["arm", "n", "val_bpb", "val_bpb_ci95", "d_val_bpb_vs_base", "d_ci95", "rel_vs_base", "rel_ci95"]
@@ -191,6 +200,8 @@ def cell(col: str, value):
         return f"{value:,}"
     if isinstance(value, float) and c.digits is not None:
         return f"{value:,.{c.digits}f}"
+    if isinstance(value, Interval) and c.digits is not None:
+        return "n/a" if not value.defined else f"[{value.lo:,.{c.digits}f}, {value.hi:,.{c.digits}f}]"
     if isinstance(value, str) and col in ("comparison", "metric", "task", "direction"):
         value = value.replace("_", " ")
     if isinstance(value, str) and " " not in value and "-" in value:

@@ -17,7 +17,8 @@ from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
 from xsa.factorial.steps import condition_multiples
 from xsa.stack.presets import scaling_params
 from xsa.report.estimates import Estimate, fact, slug
-from xsa.report.verdicts import registered
+from xsa.factorial.models import compare
+from xsa.report.verdicts import axis, fit, model, registered
 from xsa.studies.kinds import xsa_pair
 
 X4_SEEDS = range(210, 218)
@@ -115,5 +116,89 @@ def factorial_book(results) -> dict[str, Estimate]:
     done = [r.run_id for r in study.runs if final_bpb(results, r) is not None]
     book["runs_declared"] = fact("runs_declared", len(study.runs), "runs", "the factorial study's declared runs")
     book["runs_done"] = fact("runs_done", len(done), "runs", "its runs with a finished record", runs=done)
+    models, chosen = model_book(results)
+    book.update(models)
     book["final"] = registered(study.final)  # not final: the text states its interim readings as such
+    if study.final:  # what the text says of it, once whole (xsa/report/verdicts.py)
+        book.update(factorial_verdicts(results, book, chosen))
     return book
+
+
+# the two model comparisons the registration states: the primary (each seed's two-rate mean) and at 0.08
+COMPARISONS = {"": None, "at_0_08_": 0.08}
+# the verdicts its text reads once the study is whole (factorial_verdicts), each with its kind
+VERDICTS = {"axis": "axis", **{f"{tag}model_chosen": "model" for tag in COMPARISONS},
+            **{f"{tag}model_fit": "fit" for tag in COMPARISONS}}
+
+
+def model_book(results: Path) -> tuple[dict[str, Estimate], dict[str, list]]:
+    """The registered comparison of length parameterisations (xsa/factorial/models.py), as estimates:
+    each candidate's score, the chosen model's heterogeneity test, each condition's residual, the held-out
+    conditions' predictions and each chosen candidate's d12 number, conditional (never a prediction);
+    and the candidates chosen, per comparison."""
+    book, chosen = {}, {}
+    for tag, rate in COMPARISONS.items():
+        cmp = compare(results, rate)
+        where = "each seed's mean over both rates" if rate is None else f"matrix LR {rate:g}"
+        for name, score in cmp["scores"].items():
+            k = f"{tag}model_score_{slug(name)}"
+            book[k] = Estimate(k, score, unit="score", metric="", family="registered", reason="" if score is not None
+                               else "too few conditions", definition=f"{name}, at {where}: the leave-one-condition-out "
+                               "score (lower is better) over " + ", ".join(cmp["conditions"]))
+        if not cmp["chosen"]:
+            continue
+        h = cmp["heterogeneity"]
+        for part, unit in (("value", "Q"), ("df", "degrees of freedom"), ("p", "p")):
+            k = f"{tag}model_q" + ("" if part == "value" else f"_{part}")
+            book[k] = fact(k, h[part], unit, f"at {where}: Cochran's Q_E of the chosen model ({', '.join(cmp['chosen'])})"
+                           f", its {unit}", family="registered")
+        for cond, r in cmp["residuals"].items():
+            k = f"{tag}model_residual_{slug(cond)}"
+            book[k] = fact(k, r, "relative", f"at {where}: {cond}'s mean effect minus the chosen model's fit",
+                           family="registered")
+        for cond, o in cmp["held_out"].items():
+            for part in ("observed", "predicted"):
+                k = f"{tag}heldout_{slug(cond)}_{part}"
+                book[k] = fact(k, o[part], "relative", f"at {where}: {cond}, never fitted: its {part} effect",
+                               family="registered")
+        for name, d in cmp["d12_every"].items():
+            k = f"{tag}d12_conditional_{slug(name)}"
+            book[k] = Estimate(k, d["value"], float(d["lo"]), float(d["hi"]), len(cmp["conditions"]), family="conditional",
+                               definition=f"at {where}: the {name} model's number at d12 (2,205 steps, 10.5 tokens per "
+                               "parameter), a 95% interval for the true effect conditional on the model"
+                               + (" (a chosen model)" if name in cmp["chosen"] else "") + "; not a prediction: d12 "
+                               "differs in batch, vocabulary, depth and heads, which no cell varies")
+        chosen[tag] = cmp["chosen"]
+    return book, chosen
+
+
+def factorial_verdicts(results: Path, book: dict, chosen: dict) -> dict[str, Estimate]:
+    """What the text says of the study once whole: the account its axis contrasts support, and for each
+    model comparison the length axis chosen and whether that model fits its conditions."""
+    out = {"axis": axis("axis", A.axis_verdict(A.contrast_estimates(results)), book["equal_tokens_per_param"])}
+    for tag, names in chosen.items():
+        out[f"{tag}model_chosen"] = model(f"{tag}model_chosen", names)
+        out[f"{tag}model_fit"] = fit(f"{tag}model_fit", book[f"{tag}model_q_p"].value)
+    return out
+
+
+def factorial_table(book: dict[str, Estimate]) -> list[dict]:
+    """The factorial study's cells as a table, from its estimates: each cell at each rate and its two-rate
+    primary, with its pairs against those declared, the steps multiple, the baseline-to-XSA variance ratio
+    and each arm's runs with a training-loss spike."""
+    rows = []
+    for c in CELLS:
+        cell = slug(c.name)
+        for lr in (*RATES, None):
+            at = f"{cell}_at_{slug(f'{lr:g}')}" if lr is not None else cell
+            e = book[at]
+            row = dict(cell=c.name, matrix_lr=lr if lr is not None else "mean of both", steps=book[f"{cell}_steps"].value,
+                       tokens_per_param=book[f"{cell}_tokens_per_param"].value, n=e.n, declared=e.declared,
+                       rel=e.value, rel_ci95=e.ci)
+            m, v = (book[f"{at}_steps_multiple"], book[f"{at}_variance_ratio"]) if lr is not None else (None, None)
+            row.update(steps_multiple=m and m.value, steps_multiple_ci95=m.ci if m else None,
+                       variance_ratio=v and v.value, variance_ratio_ci95=v.ci if v else None,
+                       spiky_base=book[f"{at}_spiky_runs_base"].value if lr is not None else None,
+                       spiky_xsa=book[f"{at}_spiky_runs_xsa"].value if lr is not None else None)
+            rows.append(row)
+    return rows

@@ -30,6 +30,10 @@ OUTCOMES = {
     "interval": ("excludes", "includes"),
     "fit": ("fails", "fits"),
     "anchors": ("inside", "partly outside", "outside"),
+    # the factorial study's registered decision table (xsa/factorial/analysis.py: axis_verdict), and the
+    # length axis of the model its criterion chooses (xsa/factorial/models.py; steps and tokens seen tie)
+    "axis": ("steps", "tokens per parameter", "both", "undecided", "neither account"),
+    "model": ("tokens per parameter", "steps", "with parameters", "mixed"),
 }
 
 
@@ -109,6 +113,26 @@ def scale_verdicts(book: dict, seed_effect: float) -> dict[str, Estimate]:
         out["prediction_d12_seed_paper"] = interval("prediction_d12", d12, seed_effect, "seed_paper")
         out["anchors_d12"] = anchors("anchors_d12", d12, [book[k].value for k in ANCHOR_KEYS])
     return out
+
+
+def axis(key: str, outcome: str, judged: Estimate) -> Estimate:
+    """The account of training length the factorial's two axis contrasts support, by its registered table."""
+    return _verdict(key, "axis", outcome, "the factorial study's registered decision table over its two axis contrasts "
+                    "(Holm p below 5%): steps where equal tokens per parameter is below zero and equal steps not "
+                    "decided; tokens per parameter where equal steps is above zero and equal tokens per parameter not "
+                    "decided; both, undecided (neither decided) or neither account (either decided the other way)",
+                    judged)
+
+
+def model(key: str, chosen) -> Estimate:
+    """The length axis of the candidates the factorial's criterion chooses (ties listed in the definition)."""
+    chosen = list(chosen)
+    outcome = ("tokens per parameter" if chosen == ["tokens per parameter"] else
+               "steps" if chosen and set(chosen) <= {"steps", "tokens seen"} else
+               "with parameters" if chosen and all(c.endswith("+ parameters") for c in chosen) else "mixed")
+    return _verdict(key, "model", outcome, "the length axis of the model the registered leave-one-condition-out "
+                    f"criterion chooses (chosen: {', '.join(chosen) or 'none'}; at CPU scale steps and tokens seen "
+                    "are one axis, and with parameters the three two-axis candidates one fit)")
 
 
 def registered(final: bool) -> Estimate:
