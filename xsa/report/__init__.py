@@ -29,7 +29,7 @@ from pathlib import Path
 from xsa.report.claims import claims_table
 from xsa.report.columns import DISPLAY_ARMS, cell, display, headers
 from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
-from xsa.report.estimates import Book, read_estimates, write_estimates
+from xsa.report.estimates import Book, as_written, read_estimates, write_estimates
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
 from xsa.report.factorial import factorial_book, factorial_table
@@ -155,9 +155,9 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     main_arms = [a.name for p in study.main for a in p.arms()]
     own = (robust_estimates(study, runs, [r for r in every if r["spec"].seed < study.estimate_from])
            if study.secondary else study_estimates(study, runs, every, tp))  # a study with a Holm family
-    # with every effect a table or figure shows; these read the file back, so it is their one source
-    write_estimates({**own, **shown_effects(study, runs, every)}, results_dir / "estimates", study.name)
-    estimates = {study.name: read_estimates(results_dir / "estimates" / f"{study.name}.json")}
+    # with every effect a table or figure shows, as the estimates file will hold them (it is written once
+    # every record is checked, below): the file is the tables' and figures' one source
+    estimates = {study.name: as_written({**own, **shown_effects(study, runs, every)})}
     fx = estimates[study.name]
     gpu = get_study("gpu")
     gpu_runs = load_runs(results_dir, [r.run_id for r in gpu.runs]) if study.name != "gpu" else []

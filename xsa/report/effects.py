@@ -84,14 +84,14 @@ def shown_effects(study, runs, every) -> dict:
         for metric in M.effect_metrics():
             if not metric.startswith("core") or all(map(study.scores, p.arms())):
                 _pair(est, p.name, runs, p.a, p.b, metric)
-        for t in sorted({t for r in runs if r["arm"] in (p.a.name, p.b.name) for t in (r["eval"] or {}).get("tasks") or {}}):
-            _pair(est, p.name, runs, p.a, p.b, f"task_bpb:{t}")
     for c in study.comparisons:
         if isinstance(c, Contrast):
             for metric in M.effect_metrics():
                 if not metric.startswith("core") or all(map(study.scores, [*c.first.arms(), *c.second.arms()])):
                     _contrast(est, contrast_name(c), runs, c, metric)
-    for p in study.main:
+    for p in study.main:  # per CORE task, per layer and metric of the diagnostics, and on the first and pilot seeds
+        for t in sorted({t for r in runs if r["arm"] in (p.a.name, p.b.name) for t in (r["eval"] or {}).get("tasks") or {}}):
+            _pair(est, p.name, runs, p.a, p.b, f"task_bpb:{t}")
         layers = max((len((r["diagnostics"] or {}).get("layers") or []) for r in runs if r["arm"] == p.a.name),
                      default=0)
         for k in DIAG_EFFECT_KEYS:

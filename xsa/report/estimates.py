@@ -204,6 +204,12 @@ def write_estimates(est: dict, out_dir, name: str) -> None:
     atomic_write_text(out_dir / f"{name}.csv", buf.getvalue())
 
 
+def as_written(est: dict) -> dict:
+    """The estimates as their file holds them (write_estimates: numbers to 10 decimals), without writing
+    it: what a table built now reads is what read_estimates will read back."""
+    return {k: Estimate(**{**as_dict(e), "runs": tuple(e.runs)}) for k, e in est.items()}
+
+
 def read_estimates(path) -> dict:
     """{key: Estimate} of one estimates file; a file that is not one (corrupt, another shape, fields
     an Estimate lacks) is a ValueError naming it."""
