@@ -248,7 +248,7 @@ def test_the_factorial_section_says_what_each_registered_outcome_says_once_whole
                     assert f"the gain follows {'optimizer steps' if outcome == 'steps' else 'tokens per parameter'}" in said
                     assert "makes no d12 statement" not in said
                 else:
-                    assert f"these name no account ({outcome})" in said and "makes no d12 statement" in said
+                    assert f"no single account (its outcome: {outcome})" in said and "makes no d12 statement" in said
                 assert ("even the chosen model does not fit" in said) == (p < 0.05)
                 assert ("criterion chooses\nsteps" in said or "criterion chooses steps" in said) == ("steps" in chosen)
     assert model("m", ["tokens per parameter + parameters", "steps + parameters"]).verdict == "with parameters"
