@@ -34,12 +34,12 @@ def _final_studies() -> list[str]:
 
 
 def test_the_final_studies_are_the_ones_whose_records_are_whole():
-    assert sorted(_final_studies()) == ["default", "robust", "scale", "scale-check"]
-    assert not get_study("factorial").final and not get_study("gpu").final  # still training; never run here
+    assert {"default", "robust", "scale", "scale-check"} <= set(_final_studies())
+    assert not get_study("gpu").final  # never run here; the factorial may be marked final once whole (below)
 
 
 @committed
-@pytest.mark.parametrize("name", ["default", "robust", "scale", "scale-check"])
+@pytest.mark.parametrize("name", _final_studies())
 def test_a_study_marked_final_has_every_declared_run_recorded(name):
     """The flag cannot lie: every run its rules declare has a finished record, they declare nothing more,
     and its estimates file is whole and says it is final."""
