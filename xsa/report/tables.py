@@ -152,17 +152,13 @@ def arms_table(runs, arms=None, seeds=None, effects=None) -> list[dict]:
     return rows
 
 
-def _effect_row(label: str, a: str, b: str, name: str, est: dict, k: str) -> dict:
-    """A row of the effects table from the estimates of effect `k` on metric `name`."""
+def _effect_row(label: str, a: str, b: str, name: str, est: dict) -> dict:
+    """A row of the effects table from the estimates of comparison `label`'s effect on metric `name`."""
     relative_ok = relative(name)
-    d = est[_abs(k)] if relative_ok else est[k]
-    rel = est[k] if relative_ok else None
+    d = est[key(label, name, absolute=relative_ok)]
+    rel = est[key(label, name)] if relative_ok else None
     return dict(comparison=label, metric=name, a=a, b=b, n=d.n, d=d.value, d_ci95=d.ci,
                 rel=rel.value if rel else None, rel_ci95=rel.ci if rel else Interval(None, None))
-
-
-def _abs(k: str) -> str:
-    return f"{k}_abs"
 
 
 def main_table(runs, pairs, est) -> list[dict]:
@@ -204,10 +200,10 @@ def effects_table(est, pairs, contrasted=None, metrics=None, scored=None) -> lis
 
     def measured(arms):
         return [m for m in metrics if not m.startswith("core") or scored is None or all(map(scored, arms))]
-    rows = [_effect_row(p.name, p.a.name, p.b.name, name, est, key(p.name, name))
+    rows = [_effect_row(p.name, p.a.name, p.b.name, name, est)
             for p in pairs for name in measured(p.arms())]
     for c in contrasted or ():
-        rows += [_effect_row(contrast_name(c), c.first.name, c.second.name, name, est, key(contrast_name(c), name))
+        rows += [_effect_row(contrast_name(c), c.first.name, c.second.name, name, est)
                  for name in measured([*c.first.arms(), *c.second.arms()])]
     return rows
 
