@@ -2,11 +2,13 @@
 a short smoke training run, and stub notebooks for the pipeline."""
 
 import os
+import socket
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
+import torch.multiprocessing as mp
 from nbformat.v4 import new_code_cell, new_notebook
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,3 +100,28 @@ class CharTokenizer:
 
 
 TOK = CharTokenizer()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_rank(rank: int, world: int, port: int, fn, args: tuple) -> None:
+    """One rank as torchrun starts it (its environment, one thread: the ranks share the cores), running
+    `fn(rank, *args)`."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    fn(rank, *args)
+    # Leave without the interpreter's teardown: its work is written and its group destroyed, and gloo's
+    # threads, torn down at exit, can abort a finished rank ("terminate called without an active
+    # exception", once in a full run of the suite), which fails the test for nothing it checks.
+    os._exit(0)
+
+
+def spawn_ranks(fn, *args, world: int = 2) -> None:
+    """`fn(rank, *args)` on `world` processes, each a rank of a fresh gloo world (fn initialises the
+    group from the environment, or lets train do it); raises if a rank fails."""
+    mp.spawn(_as_rank, args=(world, _free_port(), fn, args), nprocs=world)

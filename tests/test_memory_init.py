@@ -2,18 +2,16 @@
 device, the embeddings stored in bf16 under bf16 autocast, AdamW's state sharded over two gloo
 ranks, and the per-rank memory table (xsa/memory.py)."""
 
-import os
-import socket
-
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from xsa.stack.presets import make_config
 from xsa.memory import per_rank
 from xsa.stack.model import GPT, build
 from xsa.stack.optim import AdamW
 from xsa.stack.step import Step
+
+from conftest import spawn_ranks
 
 
 def test_meta_build_initialises_every_tensor():
@@ -55,12 +53,6 @@ def test_memory_per_rank_by_hand():
     assert eight["adamw"] < one_after["adamw"] / 4 and eight["total"] < 0.5 * per_rank("d12", 8, False)["total"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _params(seed=0):
     gen = torch.Generator().manual_seed(seed)
     return [torch.nn.Parameter(torch.randn(shape, generator=gen)) for shape in ((8, 4), (3,), (5, 2), (7,))]
@@ -74,10 +66,8 @@ def _steps(params, opt, steps=3):
         opt.step()
 
 
-def _rank_worker(rank, world, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _rank_worker(rank, out):
+    dist.init_process_group("gloo")
     params = _params()
     opt = AdamW([{"params": params[:2]}, {"params": params[2:]}], lr=0.1, betas=(0.8, 0.95), eps=1e-10,
                 weight_decay=0.01)
@@ -96,7 +86,7 @@ def test_adamw_state_sharded_over_two_ranks(tmp_path):
     one = AdamW([{"params": params[:2]}, {"params": params[2:]}], lr=0.1, betas=(0.8, 0.95), eps=1e-10,
                 weight_decay=0.01)
     _steps(params, one)
-    mp.spawn(_rank_worker, args=(2, _free_port(), str(tmp_path / "two.pt")), nprocs=2)
+    spawn_ranks(_rank_worker, str(tmp_path / "two.pt"))
     two = torch.load(tmp_path / "two.pt", weights_only=False)
     assert two["held"] == [0, 2]  # rank 0 holds the state of parameters 0 and 2 only
     assert all(torch.equal(a, b) for a, b in zip(params, two["params"]))

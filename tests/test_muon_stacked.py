@@ -1,18 +1,16 @@
 """Muon stacked by shape (xsa/stack/optim.py, the GPU presets' muon_stacked) against the per-matrix
 update the committed runs trained with: eager, compiled, and on two gloo ranks."""
 
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.profiler import ProfilerActivity, profile
 
 from xsa.stack.config import GPTConfig
 from xsa.stack.model import GPT
 from xsa.stack.optim import Muon
+
+from conftest import spawn_ranks
 
 # three updates at changing scheduled values, as the trainer drives them
 SCHEDULE = [(0.02, 0.85, 0.28), (0.018, 0.87, 0.2), (0.015, 0.9, 0.1)]
@@ -104,16 +102,8 @@ def test_stacked_step_dispatches_far_fewer_operators():
     assert stacked * 5 < per_matrix, (per_matrix, stacked)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_worker(rank, world, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _rank_worker(rank, out):
+    dist.init_process_group("gloo")
     params = matrices()
     muon = run(params, stacked=True)  # every rank the same gradients: their mean is the gradient
     state = muon.full_state_dict()
@@ -127,7 +117,7 @@ def _rank_worker(rank, world, port, out):
 def test_stacked_on_two_ranks_matches_one_process(tmp_path):
     single = matrices()
     one = run(single, stacked=True)
-    mp.spawn(_rank_worker, args=(2, _free_port(), str(tmp_path / "two.pt")), nprocs=2)
+    spawn_ranks(_rank_worker, str(tmp_path / "two.pt"))
     two = torch.load(tmp_path / "two.pt", weights_only=True)
     assert max((x - y).abs().max().item() for x, y in zip(single, two["params"])) == 0.0
     # every matrix's state gathered from its owner rank

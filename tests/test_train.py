@@ -5,12 +5,10 @@ import hashlib
 import json
 import math
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import xsa.stack.model
 from xsa.stack import checkpoint
@@ -19,7 +17,7 @@ from xsa.stack.presets import make_config
 from xsa.runs.records import read_json, read_jsonl
 from xsa.train import EMA_BETA, TrainingDiverged, main, train
 
-from conftest import QUIET, kill_during
+from conftest import QUIET, kill_during, spawn_ranks
 
 
 def run(cfg, out, data, **kw):
@@ -126,16 +124,7 @@ def test_provenance_names_the_commit_a_run_started_from(smoke_data, tmp_path, mo
 # (h) 2 processes (gloo; the optimizers average the gradients, each Muon matrix updated by its
 # owner rank and broadcast) == 1 process with 2 micro-batches
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ddp_worker(rank, world, port, out, data):
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)  # two processes share the cores
+def _ddp_worker(rank, out, data):
     cfg = make_config("smoke", total_batch_size=2 * 4 * 64, **QUIET)
     train(cfg, out, data_dir=data, max_steps=8, progress=False, device="cpu")
 
@@ -143,7 +132,7 @@ def _ddp_worker(rank, world, port, out, data):
 def test_ddp_matches_gradient_accumulation(smoke_data, tmp_path):
     cfg = make_config("smoke", total_batch_size=2 * 4 * 64, **QUIET)
     single = run(cfg, tmp_path / "single", smoke_data, max_steps=8)
-    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path / "ddp"), str(smoke_data)), nprocs=2)
+    spawn_ranks(_ddp_worker, str(tmp_path / "ddp"), str(smoke_data))
     ddp = read_json(tmp_path / "ddp" / "summary.json")
     assert ddp["world_size"] == 2 and ddp["steps"] == single["steps"] == 8
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
@@ -164,12 +153,9 @@ def test_ddp_matches_gradient_accumulation(smoke_data, tmp_path):
 RESUME_2 = dict(total_batch_size=2 * 4 * 64, num_tokens=30 * 2 * 4 * 64, eval_every=1000, checkpoint_every=10)
 
 
-def _ddp_plan_worker(rank, world, port, out, data, plan):
+def _ddp_plan_worker(rank, out, data, plan):
     """Every rank trains `out` once per entry of `plan` (train's keyword arguments), in one process group."""
     import torch.distributed as dist
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
     dist.init_process_group("gloo")
     try:
         for kw in plan:
@@ -181,9 +167,8 @@ def _ddp_plan_worker(rank, world, port, out, data, plan):
 @pytest.mark.slow
 def test_two_rank_resume_is_bit_identical(smoke_data, tmp_path):
     data = str(smoke_data)
-    mp.spawn(_ddp_plan_worker, args=(2, _free_port(), str(tmp_path / "full"), data, [{}]), nprocs=2)
-    mp.spawn(_ddp_plan_worker, args=(2, _free_port(), str(tmp_path / "part"), data,
-                                     [dict(max_steps=20), dict(resume=True)]), nprocs=2)
+    spawn_ranks(_ddp_plan_worker, str(tmp_path / "full"), data, [{}])
+    spawn_ranks(_ddp_plan_worker, str(tmp_path / "part"), data, [dict(max_steps=20), dict(resume=True)])
     full, part = read_json(tmp_path / "full" / "summary.json"), read_json(tmp_path / "part" / "summary.json")
     assert full["world_size"] == part["world_size"] == 2 and full["steps"] == part["steps"] == 30
     assert part["final_weights_sha256"] == full["final_weights_sha256"]
@@ -196,7 +181,7 @@ def test_two_rank_resume_is_bit_identical(smoke_data, tmp_path):
 
     # the same 2-rank checkpoint at step 20 resumed by one process (2 micro-batches): still bit for bit
     one = tmp_path / "one"
-    mp.spawn(_ddp_plan_worker, args=(2, _free_port(), str(one), data, [dict(max_steps=20)]), nprocs=2)
+    spawn_ranks(_ddp_plan_worker, str(one), data, [dict(max_steps=20)])
     resumed = train(make_config("smoke", **RESUME_2), one, data_dir=smoke_data, resume=True, progress=False)
     assert resumed["world_size"] == 1 and resumed["final_weights_sha256"] == full["final_weights_sha256"]
 
