@@ -107,5 +107,5 @@ def factorial_study() -> Study:
         secondary=tuple(c.name for c in CONTRASTS),
         correction="Holm at a family-wise 5% over the four contrasts (Welch's t on the per-seed two-rate means)",
         priorities="seed by seed across the four cells, both rates and both arms of a seed together",
-        preregistered=("b785ec2", "2026-12-05 22:55"),
+        preregistered=("b785ec2", "2026-12-05 22:55"), final=True,
     )
