@@ -188,6 +188,14 @@ def test_the_readme_states_each_studys_status_as_the_records_have_it():
     finished = all(trained(REPO_ROOT / "results" / "runs" / r.run_id) for r in runs)
     assert ("factorial study, registered with its analysis code before its first record, is "
             + ("finished" if finished else "training")) in head
+    if finished:  # ... and, once finished, what its registered decision table gives d12
+        f = read_estimates(ESTIMATES / "factorial.json")
+        assert f"finished ({f['runs_done'].value} of {f['runs_declared'].value} declared runs)" in head
+        axis = f["axis"].verdict
+        said = {"steps": "the gain follows optimizer steps",
+                "tokens per parameter": "the gain follows tokens per parameter"}
+        otherwise = "no single account of training length, so the paper makes no d12 statement"
+        assert said.get(axis, otherwise) in head
 
 
 def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ class Column:
     header: str  # what a reader reads above it
     kind: str = ""  # "percent": a fraction shown as a signed percentage; "size": a spread or width (no sign)
     digits: int | None = None  # decimals of a float (integers get thousands separators from 10,000)
+    whole: bool = False  # a short label that never breaks across lines (its row stays one line high)
 
 
 COLUMNS = {
@@ -37,7 +38,7 @@ COLUMNS = {
     "non_embedding_params": Column("params (non-emb.)"),
     "tokens_per_param": Column("tokens/param", digits=2),
     "tokens_per_scaling_param": Column("tokens/param (nanochat)", digits=1),
-    "matrix_lr": Column("matrix LR", digits=3),
+    "matrix_lr": Column("matrix LR", digits=3, whole=True),
     "runs": Column("runs"),
     "source": Column("source"),
     "scale": Column("scale"),
@@ -117,7 +118,7 @@ COLUMNS = {
     "xsa_layers": Column("XSA layers"),
     "studies": Column("studies"),
     "core": Column(METRICS["core"].header, digits=4),
-    "cell": Column("cell"),
+    "cell": Column("cell", whole=True),
     "steps_multiple": Column("steps multiple", digits=2),
     "steps_multiple_ci95": Column("95% CI", digits=2),
     "variance_ratio": Column("variance ratio", digits=2),
@@ -204,6 +205,8 @@ def cell(col: str, value):
         return "n/a" if not value.defined else f"[{value.lo:,.{c.digits}f}, {value.hi:,.{c.digits}f}]"
     if isinstance(value, str) and col in ("comparison", "metric", "task", "direction"):
         value = value.replace("_", " ")
+    if isinstance(value, str) and c.whole:
+        return value.replace(" ", "\u00a0")
     if isinstance(value, str) and " " not in value and "-" in value:
         return value.replace("-", "\u2011")  # an identifier (cpu-w64-d4) never breaks at its hyphens
     return fmt(value) if isinstance(value, Interval) else value

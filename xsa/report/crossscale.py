@@ -103,7 +103,7 @@ def cross_scale_table(rows: list[dict]) -> list[dict]:
 def fig_cross_scale(rows: list[dict], out_dir, name: str = "cross_scale"):
     """XSA's relative effect against training FLOPs: ours with 95% intervals, the published results as
     hollow markers with no interval (one run each, or runs whose spread their source does not give)."""
-    fig, axes = new_figure(figsize=(FULL, 3.0))
+    fig, axes = new_figure(figsize=(FULL, 2.6))  # low enough to share an appendix page with its paragraph
     ax = axes[0][0]
     ours = [r for r in rows if r["source"] == "this paper"]
     ax.errorbar([r["flops"] for r in ours], [100 * r["effect"] for r in ours],
