@@ -102,7 +102,21 @@ def test_cos_z_v_equals_cos_y_v_where_xsa_is_off():
     snap = diagnostics_snapshot(model, tokens())
     assert abs(snap["cos_z_v"][0]) < 1e-5
     assert snap["cos_z_v"][1] == snap["cos_y_v"][1]
-    assert set(snap) == set(METRICS) and all(len(v) == 2 for v in snap.values())
+    layered = {m: v for m, v in snap.items() if m != "logit_rms"}
+    assert set(layered) == {*METRICS, "attn_logit_max"} and all(len(v) == 2 for v in layered.values())
+    assert snap["logit_rms"] > 0
+
+
+def test_snapshot_logs_the_sink_and_gate_and_the_bounded_attention_logit():
+    # QK-norm bounds a logit by qk_scale^2 * sqrt(head_dim); the sink's weight is a share; the gate is
+    # exactly 1 at its zero initialisation
+    model = smoke_model(attn_gate=True, attn_sink=True)
+    snap = diagnostics_snapshot(model, tokens())
+    c = model.config
+    assert all(0 < m <= c.qk_scale ** 2 * c.head_dim ** 0.5 + 1e-4 for m in snap["attn_logit_max"])
+    assert all(0 < w < 1 for w in snap["sink_mass"])
+    assert snap["gate_mean"] == [1.0] * c.n_layer
+    assert "sink_mass" not in diagnostics_snapshot(smoke_model(), tokens())
 
 
 def test_snapshot_leaves_the_model_as_it_found_it():

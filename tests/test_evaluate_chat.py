@@ -145,7 +145,7 @@ def _padded_model():
 
 
 def test_padded_prefill_gives_each_row_its_own_logits():
-    from xsa.stack.model import KVCache
+    from xsa.stack.kvcache import KVCache
     model, g = _padded_model(), torch.Generator().manual_seed(0)
     c = model.config
     prompts = [torch.randint(0, c.vocab_size, (n,), generator=g).tolist() for n in (3, 9, 14)]

@@ -48,6 +48,10 @@ from xsa.stack.spec import arm_record
 from xsa.stack.step import Precision
 
 METRICS = DIAGNOSTIC_METRICS
+# per layer beside METRICS, where a layer has them: the largest pre-softmax attention logit (every layer),
+# the sink's mean weight (attn_sink) and the output gate's mean (attn_gate); a layer's value is the
+# mean over heads except the logit, which is the largest head's
+EXTRA_METRICS = ("attn_logit_max", "sink_mass", "gate_mean")
 METRIC_LABELS = {
     "cos_y_v": r"cos($y_i$, $v_i$) before XSA",
     "cos_z_v": r"cos($z_i$, $v_i$) after XSA",
@@ -90,13 +94,31 @@ def value_cosine(v: torch.Tensor, n_head: int) -> torch.Tensor:
     return per_kv.repeat_interleave(n_head // v.size(1))
 
 
-def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal softmax(scale * q k^T) in fp32. q (B, H, T, D), k (B, Hkv, T, D) -> (B, H, T, T)."""
+def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal scale * q k^T in fp32, -inf above the diagonal. q (B, H, T, D), k (B, Hkv, T, D) -> (B, H, T, T)."""
     q, k = q.float(), expand_kv(k.float(), q.size(1))
     T = q.size(2)
     scores = (q @ k.transpose(-1, -2)) * scale
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    return scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+    return scores.masked_fill(~causal, float("-inf"))
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float, sink: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal softmax(scale * q k^T) in fp32, (B, H, T, T). With a layer's sink logits (H,) (config.attn_sink)
+    the softmax also runs over the sink, whose column is dropped: a row then sums to 1 minus its sink weight."""
+    scores = attention_scores(q, k, scale)
+    if sink is None:
+        return scores.softmax(dim=-1)
+    B, H, T, _ = scores.shape
+    column = sink.float().view(1, H, 1, 1).expand(B, H, T, 1)
+    return torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]
+
+
+def logit_max(scores: torch.Tensor) -> torch.Tensor:
+    """The largest pre-softmax attention logit per head over the causal positions. (B, H, T, T) -> (H,).
+    QK-norm bounds it by qk_scale^2 * sqrt(head_dim): the logit growth of Wortsman et al. (2023) that
+    nanochat's QK-norm is meant to hold."""
+    return scores.amax(dim=(0, 2, 3))
 
 
 def diagonal_mass(att: torch.Tensor) -> torch.Tensor:
@@ -117,25 +139,34 @@ def attention_entropy(att: torch.Tensor) -> torch.Tensor:
     return -plogp.sum(dim=-1).mean(dim=(0, 2))
 
 
-def capture_stats(cap: dict, scale: float) -> dict[str, torch.Tensor]:
-    """All per-head metrics of one layer from its capture dict -> {metric: (H,) tensor}."""
+def capture_stats(cap: dict, scale: float, sink: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """All per-head metrics of one layer from its capture dict -> {metric: (H,) tensor}: METRICS, and
+    EXTRA_METRICS where the layer has them (the sink's weight, the output gate's mean)."""
     q, k, v, y, z = cap["q"], cap["k"], cap["v"], cap["y"], cap["z"]
     H = q.size(1)
     # the T x T attention matrix is the only big object: build it one batch row at a time
     mass, first, ent = (torch.zeros(H, device=q.device) for _ in range(3))
+    top = torch.full((H,), float("-inf"), device=q.device)
     for b in range(q.size(0)):
-        att = attention_probs(q[b:b + 1], k[b:b + 1], scale)
+        top = torch.maximum(top, logit_max(attention_scores(q[b:b + 1], k[b:b + 1], scale)))
+        att = attention_probs(q[b:b + 1], k[b:b + 1], scale, sink)
         mass += diagonal_mass(att)
         first += first_token_mass(att)
         ent += attention_entropy(att)
-    return {
+    out = {
         "cos_y_v": self_cosine(y, v),
         "cos_z_v": self_cosine(z, v),
         "diag_mass": mass / q.size(0),
         "first_mass": first / q.size(0),
         "entropy": ent / q.size(0),
         "cos_v_v": value_cosine(v, H),
+        "attn_logit_max": top,
     }
+    if "sink_weight" in cap:  # (B, H, T): queries 1..T-1, as every other metric
+        out["sink_mass"] = cap["sink_weight"][:, :, 1:].float().mean(dim=(0, 2))
+    if "gate" in cap:  # (B, T, H)
+        out["gate_mean"] = cap["gate"][:, 1:].float().mean(dim=(0, 1))
+    return out
 
 
 # -----------------------------------------------------------------------------
@@ -168,7 +199,7 @@ def layer_stats(model, x: torch.Tensor) -> list[dict]:
         model.train(was_training)
     out = []
     for block, cap in zip(blocks, caps):
-        stats = capture_stats(cap, softmax_scale(block.attn, cap["q"].size(-1)))
+        stats = capture_stats(cap, softmax_scale(block.attn, cap["q"].size(-1)), block.attn.attn_sink)
         entry = {name: t.tolist() for name, t in stats.items()}
         entry["xsa_alpha"] = float(block.attn.xsa_alpha or 0.0)  # None where XSA is off
         out.append(entry)
@@ -180,9 +211,9 @@ def summarize_layers(per_head: list[dict]) -> list[dict]:
     """Add head averages: each layer gets metric -> mean over heads and heads -> {metric: list}."""
     layers = []
     for i, entry in enumerate(per_head):
-        heads = {m: entry[m] for m in METRICS}
+        heads = {m: entry[m] for m in (*METRICS, *EXTRA_METRICS) if m in entry}
         layer = {"layer": i, "xsa_alpha": entry["xsa_alpha"], "heads": heads}
-        layer.update({m: sum(v) / len(v) for m, v in heads.items()})
+        layer.update({m: max(v) if m == "attn_logit_max" else sum(v) / len(v) for m, v in heads.items()})
         layers.append(layer)
     return layers
 
@@ -194,8 +225,16 @@ def diagnostics_snapshot(model, x: torch.Tensor) -> dict:
     no_grad in eval mode and restores the model's mode; costs one forward pass plus B explicit
     T x T softmaxes per layer, so call it every k steps, not every step.
     """
-    layers = summarize_layers(layer_stats(model, x))
-    return {m: [layer[m] for layer in layers] for m in METRICS}
+    logits = []  # the output logits before the softcap: lm_head's output (the model caps after it)
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: logits.append(out.detach().float()))
+    try:
+        layers = summarize_layers(layer_stats(model, x))
+    finally:
+        hook.remove()
+    snap = {m: [layer[m] for layer in layers] for m in METRICS}
+    snap.update({m: [layer[m] for layer in layers] for m in EXTRA_METRICS if m in layers[0]})
+    snap["logit_rms"] = logits[0].pow(2).mean().sqrt().item()
+    return snap
 
 
 # -----------------------------------------------------------------------------
@@ -242,8 +281,12 @@ def run_diagnostics(run_dir, batch_size: int = 8, batches: int = 1, device: str 
     xs, batch = validation_rows(run_dir, cfg, batch_size, batches, dev)
     with Precision.of(dev, cfg).context():
         stats = [layer_stats(model, x) for x in xs]
-    per_head = [{m: ([sum(b[i][m][h] for b in stats) / len(stats) for h in range(len(stats[0][i][m]))]
-                     if m in METRICS else stats[0][i][m]) for m in stats[0][i]} for i in range(len(stats[0]))]
+    def merged(i: int, m: str, h: int) -> float:  # a head's value over the batches: the largest logit, else the mean
+        values = [b[i][m][h] for b in stats]
+        return max(values) if m == "attn_logit_max" else sum(values) / len(values)
+
+    per_head = [{m: ([merged(i, m, h) for h in range(len(stats[0][i][m]))] if m in (*METRICS, *EXTRA_METRICS)
+                     else stats[0][i][m]) for m in stats[0][i]} for i in range(len(stats[0]))]
     return {
         "run": run_dir.name,
         "run_dir": str(run_dir),

@@ -14,7 +14,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # records on disk, hashing, paths, statistics, the figure style, run locks, the loss and bpb
     # (the wings' packages themselves hold only their docstrings)
     ("foundation", ("xsa", "xsa.stack", "xsa.runs", "xsa.studies", "xsa.gpu", "xsa.layers", "xsa.runs.records",
-                    "xsa.stack.common", "xsa.stats", "xsa.runs.plot", "xsa.runs.runlock", "xsa.archive",
+                    "xsa.stack.common", "xsa.stats", "xsa.runs.plot", "xsa.runs.runlock", "xsa.runs.diverged",
+                    "xsa.archive",
                     "xsa.stack.loss", "xsa.stack.bpb")),
     # every field of a run's config, its checks and the recipes
     ("configuration", ("xsa.stack.config",)),
@@ -23,12 +24,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # one run: its name, its config and its output paths
     ("runs", ("xsa.stack.spec", "xsa.runs.layout")),
     # the model, the optimizer, one training step, checkpoints, a run folder's checks, the data
-    ("compute", ("xsa.stack.model", "xsa.stack.optim", "xsa.stack.step", "xsa.stack.checkpoint", "xsa.runs.runlog",
+    ("compute", ("xsa.stack.model", "xsa.stack.kvcache", "xsa.stack.optim", "xsa.stack.step", "xsa.stack.checkpoint", "xsa.runs.runlog",
                  "xsa.data", "xsa.data.*")),
     # the kinds of study and comparison, and the rules of an adaptive study
     ("study kinds", ("xsa.studies.kinds", "xsa.studies.rules")),
     # the studies as data
-    ("studies", ("xsa.studies.registry", "xsa.studies.scale", "xsa.factorial", "xsa.factorial.design")),
+    ("studies", ("xsa.studies.registry", "xsa.studies.scale", "xsa.factorial", "xsa.factorial.design",
+                 "xsa.studies.sink", "xsa.studies.optimizer")),
     # the scale study's model and prediction, read from run records (pre-registered with it)
     ("analysis", ("xsa.studies.predict",)),
     # the stages that write run records, and the checks and benchmarks beside them
@@ -37,10 +39,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "xsa.reproduce", "xsa.data.__main__")),
     # tables, figures, claims and sentences, read from run records
     ("report", ("xsa.report", "xsa.report.*", "xsa.factorial.analysis", "xsa.factorial.models",
-                "xsa.factorial.steps", "xsa.factorial.d12")),
+                "xsa.factorial.steps", "xsa.factorial.d12", "xsa.studies.sink_analysis",
+                "xsa.studies.optimizer_analysis")),
     # a study's pre-registration (its power analysis reads the pilot's records)
     ("pre-registration", ("xsa.prereg", "xsa.studies.prereg_scale", "xsa.studies.prereg_check",
-                          "xsa.factorial.prereg")),
+                          "xsa.factorial.prereg", "xsa.studies.sink_prereg", "xsa.studies.optimizer_prereg")),
     # the paper's export and its checks
     ("paper", ("xsa.report.export", "xsa.report.paper_checks")),
     # the pipeline over the stage notebooks and its jobs

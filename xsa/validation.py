@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from xsa.stack import config
 from xsa.stack.config import GPTConfig
-from xsa.stack.model import GPT, KVCache, xsa_project
+from xsa.stack.kvcache import KVCache
+from xsa.stack.model import GPT, sink_attention, xsa_project
 from xsa.stack.optim import orthogonalize
 
 TINY = dict(sequence_len=32, vocab_size=97, n_layer=3, n_head=4, n_kv_head=4, n_embd=64)
@@ -140,6 +141,57 @@ def check_kv_cache(seed: int = 6, variant: str = "xsa") -> Check:
                  "max |logit difference|")
 
 
+def check_attention_arms_off(seed: int = 8) -> Check:
+    """(g) the sink study's arms, switched off, leave the model as it was: the output gate at its
+    zero initialisation is exactly 1 (2 * sigmoid(0)), so a gated model with another model's weights
+    computes its logits; a sink at -inf weighs nothing, so sink attention equals SDPA."""
+    idx = torch.randint(0, TINY["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(seed))
+    base = random_model(seed, xsa_alpha=1.0, xsa_layers="all")
+    gated = GPT(GPTConfig(**TINY, xsa_alpha=1.0, xsa_layers="all", attn_gate=True))
+    gated.init_weights()  # the gate's Linear zero-initialised
+    missing = gated.load_state_dict(base.state_dict(), strict=False).missing_keys
+    worst = (base(idx) - gated(idx)).abs().max().item() if all("attn_gate" in k for k in missing) else float("inf")
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 4, 17, 16, generator=g) for _ in range(3))
+    y, w = sink_attention(q, k[:, :2], v[:, :2], torch.full((4,), -1e4), None)
+    ref = F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], is_causal=True, enable_gqa=True)
+    worst = max(worst, (y - ref).abs().max().item(), w.abs().max().item())
+    return Check("attention gate at init and sink at -inf change nothing", worst, 1e-5,
+                 "max |logit difference| of a gated model at init, and of sink attention at -inf against SDPA")
+
+
+def check_sink_weight(seed: int = 9) -> Check:
+    """(g) a sink's weight is a share: in [0, 1], and 1 minus what the keys take; the keys' weights
+    plus the sink's sum to 1 in every row. Measured: the largest violation of either."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, 4, 17, 16, generator=g), torch.randn(2, 4, 17, 16, generator=g)
+    v = torch.eye(17).expand(2, 4, 17, 17)  # y_i = the row of key weights itself
+    worst = 0.0
+    for sink in (torch.full((4,), -30.0), torch.zeros(4), torch.tensor([-2.0, 0.0, 3.0, 30.0])):
+        y, w = sink_attention(q, k, v, sink, None)
+        outside = torch.relu(-w).max().item() + torch.relu(w - 1).max().item()
+        worst = max(worst, outside, (y.sum(-1) + w - 1).abs().max().item())
+    return Check("sink weight in [0, 1], keys and sink sum to 1", worst, 1e-5,
+                 "sink logits -30, 0 and mixed up to 30; max violation over rows")
+
+
+def check_orthogonal_with_arms(seed: int = 10) -> Check:
+    """(g) XSA stays orthogonal with the gate and the sink on: the gate scales z_i, the sink scales y_i,
+    and neither turns z_i towards v_i."""
+    model = random_model(seed, xsa_alpha=1.0, xsa_layers="all", attn_gate=True, attn_sink=True)
+    for block in model.blocks:
+        block.attn.capture = {}
+    model(torch.randint(0, TINY["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(seed)))
+    worst = 0.0
+    for b in model.blocks:
+        cap = b.attn.capture  # one KV head a query head here: v per query head as captured
+        y, z, v = cap["y"][:, 1:], cap["z"][:, 1:], F.normalize(cap["v"].transpose(1, 2)[:, 1:], dim=-1)
+        # what is left along v, relative to |y|: a sink can shrink y (and so z) to where cos(z, v) is noise
+        worst = max(worst, ((z * v).sum(-1).abs() / y.norm(dim=-1)).max().item())
+    return Check("alpha=1 with gate and sink: |<z, v>| / (|y| |v|)", worst, 1e-5,
+                 "every layer of a random model with both arms on (positions >= 1)")
+
+
 def check_muon_band(seed: int = 7) -> Check:
     """(f) after Muon's orthogonalisation (5 Polar Express steps) the singular values lie near 1."""
     G = torch.randn(64, 128, generator=torch.Generator().manual_seed(seed))
@@ -149,7 +201,8 @@ def check_muon_band(seed: int = 7) -> Check:
 
 
 CHECKS = (check_alpha0_equals_standard, check_orthogonal, check_idempotent, check_parallel_vanishes,
-          check_linear_in_alpha, check_gqa_broadcast, check_kv_cache, check_muon_band)
+          check_linear_in_alpha, check_gqa_broadcast, check_kv_cache, check_attention_arms_off, check_sink_weight,
+          check_orthogonal_with_arms, check_muon_band)
 
 
 def run_checks() -> list[Check]:

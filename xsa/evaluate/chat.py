@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from xsa.data.bundle import read_task_file
 from xsa.evaluate.core import Row, model_scorer, score_rows, subsample
 from xsa.evaluate.sandbox import run_program  # HumanEval's programs run in the sandbox
-from xsa.stack.model import KVCache
+from xsa.stack.kvcache import KVCache
 
 LETTERS = "ABCDEFGHIJ"
 # (label, file under eval_data/, kind, random baseline as a fraction)

@@ -49,7 +49,7 @@ MODEL = obj({  # xsa.stack.config.GPTConfig
                              "ve_gate_channels")},
     "xsa_alpha": UNIT, "xsa_layers": LAYERS, "xsa_value": one_of(XSA_VALUE_MODES),
     "xsa_variant": one_of(XSA_VARIANTS),
-    **{k: BOOL for k in ("xsa_gate", "rotary_bf16", "smear", "backout")},
+    **{k: BOOL for k in ("xsa_gate", "attn_gate", "attn_sink", "rotary_bf16", "smear", "backout")},
     **{k: PLUS for k in ("rope_base", "qk_scale", "logit_softcap", "ve_gate_scale", "init_wte_std", "init_fc_scale")},
     "init_gate_max": number(minimum=0),
     "init_resid_lambdas": pair(number()), "init_x0_lambdas": pair(number())},
@@ -82,7 +82,11 @@ METRICS = obj({  # one line of metrics.jsonl
     "tok_per_s": number(minimum=0),
     "mfu": nullable(number(minimum=0)), "mfu_datasheet": nullable(number(minimum=0)),  # None without a peak
     "val_bpb": BPB,
-    "diag": obj({m: array(v, minItems=1) for m, v in DIAGNOSTIC.items()})},  # a value per layer
+    "diag": obj({**{m: array(v, minItems=1) for m, v in DIAGNOSTIC.items()},  # a value per layer
+                 # where logged (xsa.diagnostics.EXTRA_METRICS): the largest attention logit, the sink's
+                 # weight, the output gate's mean per layer; the output logits' RMS before the softcap
+                 "attn_logit_max": array(number(), minItems=1), "sink_mass": array(UNIT, minItems=1),
+                 "gate_mean": array(number(minimum=0, maximum=2), minItems=1), "logit_rms": number(minimum=0)})},
     "step",
     anyOf=[{"required": ["train_loss"]}, {"required": ["val_bpb"]}],  # a line is a log step, an evaluation or both
     dependentRequired={"train_loss": ["train_loss_ema", "lr_mult", "tok_per_s"], "diag": ["val_bpb"]})

@@ -183,13 +183,14 @@ EVAL = obj({
     dependentRequired={"core": ["core_complete", "tasks", "missing", "core_detail"],
                        "chatcore": ["chat_tasks", "chat_detail"]})
 
-LAYER = obj({"layer": COUNT, "xsa_alpha": SHARE, **DIAGNOSTIC,
-             "heads": obj({m: array(v, minItems=1) for m, v in DIAGNOSTIC.items()})},
+EXTRA = {"attn_logit_max": number(), "sink_mass": SHARE, "gate_mean": number(minimum=0, maximum=2)}
+LAYER = obj({"layer": COUNT, "xsa_alpha": SHARE, **DIAGNOSTIC, **EXTRA,  # EXTRA: xsa.diagnostics.EXTRA_METRICS
+             "heads": obj({m: array(v, minItems=1) for m, v in {**DIAGNOSTIC, **EXTRA}.items()})},
             "layer", "cos_y_v", "cos_z_v", "diag_mass", "entropy")
 DIAGNOSTICS = obj({
     "layers": array(LAYER, minItems=1), "provenance": PROVENANCE,
     "run": text(), "run_dir": text(), "weights_sha256": HEX64, "preset": text(), "arm": text(),
-    "overrides": {"type": "object"}, "xsa_alpha": SHARE, "xsa_gate": BOOL,
+    "overrides": {"type": "object"}, "xsa_alpha": SHARE, "xsa_gate": BOOL, "attn_gate": BOOL, "attn_sink": BOOL,
     **{k: text() for k in ("xsa_layers", "xsa_value", "xsa_variant")},
     "batch": obj({**{k: POSITIVE for k in ("batch_size", "batches", "rows", "seq_len")}, "tokens_sha256": HEX64,
                   **{k: text() for k in ("split", "data_dir", "data", "which")}}),

@@ -57,7 +57,7 @@ XSA_VALUE_MODES = ("mixed", "plain")
 # own value.
 XSA_VARIANTS = ("xsa",)
 # the fields of the attention arm (what a run's records state beside its arm's name)
-XSA_FIELDS = ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate")
+XSA_FIELDS = ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate", "attn_gate", "attn_sink")
 _LAYER_SPEC = re.compile(r"^(all|none|last:\d+|first:\d+|\d+(,\d+)*)$")
 
 
@@ -79,6 +79,15 @@ class GPTConfig:
     xsa_value: str = "mixed"  # mixed: the v attention aggregates (value embedding included); plain: c_v(x)
     xsa_variant: str = "xsa"  # which transform of XSA_VARIANTS runs at those layers
     xsa_gate: bool = False  # learn alpha per head and layer (initialised at xsa_alpha; AdamW group xsa_gate)
+    # Two other ways for a head to attend to nothing (the sink study, xsa/studies/sink.py), each on every
+    # layer and combinable with XSA; off, the model is the one without them, bit for bit.
+    # attn_gate: each head's output times 2*sigmoid(Linear(x[..., :ve_gate_channels])) before the output
+    # projection (a per-head output gate, Qiu et al. 2025), the Linear zero-initialised so the gate is 1 at
+    # step 0, a block matrix as nanochat's value-embedding gate (Muon, or AdamW in the AdamW-only arm)
+    attn_gate: bool = False
+    # attn_sink: a learned logit per head in each softmax's denominator with a zero value (attention that
+    # goes nowhere, as gpt-oss), initialised at 0 (AdamW group attn_sink)
+    attn_sink: bool = False
     # --- the recipe's architecture (defaults: nanochat 92d63d4)
     rope_base: float = 100_000.0
     rotary_bf16: bool = False  # round the rotary tables to bf16 (324e69c kept them in bf16)
@@ -112,7 +121,7 @@ class GPTConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
         _number("init_gate_max", self.init_gate_max, 0.0)
-        for name in ("smear", "backout", "rotary_bf16", "xsa_gate"):
+        for name in ("smear", "backout", "rotary_bf16", "xsa_gate", "attn_gate", "attn_sink"):
             _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
         for name in ("init_resid_lambdas", "init_x0_lambdas"):
             value = getattr(self, name)
@@ -187,7 +196,8 @@ NS_SCHEDULES = ("polar_express", "quintic")
 WD_SCHEDULES = ("cosine", "linear")
 ROW_PACKINGS = ("bos", "bestfit")  # xsa/data/loader.py
 # the AdamW parameter groups of a GPT (xsa.stack.model.GPT.param_groups), each with its betas and weight decay
-ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear", "xsa_gate")
+ADAM_GROUPS = ("lm_head", "embedding", "value_embeds", "resid_lambdas", "x0_lambdas", "smear", "xsa_gate",
+               "attn_sink")
 
 
 @dataclass(frozen=True)
@@ -219,10 +229,11 @@ class TrainConfig:
     # --- AdamW: betas and decoupled weight decay per group (ADAM_GROUPS), eps 1e-10
     adam_betas: dict = field(default_factory=lambda: {
         "lm_head": (0.8, 0.96), "embedding": (0.8, 0.995), "value_embeds": (0.8, 0.995),
-        "resid_lambdas": (0.8, 0.95), "x0_lambdas": (0.96, 0.95), "smear": (0.8, 0.95), "xsa_gate": (0.8, 0.95)})
+        "resid_lambdas": (0.8, 0.95), "x0_lambdas": (0.96, 0.95), "smear": (0.8, 0.95), "xsa_gate": (0.8, 0.95),
+        "attn_sink": (0.8, 0.95)})
     adam_weight_decay: dict = field(default_factory=lambda: {
         "lm_head": 0.01, "embedding": 0.001, "value_embeds": 0.01, "resid_lambdas": 0.05,
-        "x0_lambdas": 0.0, "smear": 0.0, "xsa_gate": 0.0})
+        "x0_lambdas": 0.0, "smear": 0.0, "xsa_gate": 0.0, "attn_sink": 0.0})
     # --- Muon
     weight_decay: float = 0.28  # cautious weight decay of the Muon matrices (and AdamW-only matrices)
     weight_decay_schedule: str = "cosine"  # cosine or linear decay to 0 over training
@@ -279,8 +290,8 @@ class TrainConfig:
         _check("seed", isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63,
                "an integer in [0, 2^63)", self.seed)
         for name in ("warmup_steps", "muon_momentum_warmup_steps"):
-            _check(name, isinstance(getattr(self, name), int) and getattr(self, name) >= 0, "an integer >= 0",
-                   getattr(self, name))
+            value = getattr(self, name)  # a bool is an int to Python, never a step count
+            _check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 0, "an integer >= 0", value)
         _check("loss_chunk", isinstance(self.loss_chunk, int) and not isinstance(self.loss_chunk, bool)
                and self.loss_chunk >= 0, "an integer >= 0 (0: the whole batch at once)", self.loss_chunk)
         for name in ("warmdown_ratio", "final_lr_frac", "muon_momentum_start", "muon_momentum"):
@@ -366,6 +377,14 @@ GROUP_FIELDS = ("adam_betas", "adam_weight_decay")
 
 def _field_names(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+def optional_fields() -> frozenset[str]:
+    """The fields whose value may be None, where None means something of its own (muon_momentum_final:
+    the momentum stays; normuon_beta2: plain Muon): a null given for one of these is that value, and a
+    null for any other field is an error, never "unset"."""
+    return frozenset(f.name for cls in (GPTConfig, TrainConfig) for f in dataclasses.fields(cls)
+                     if "None" in str(f.type))
 
 
 def dict_hash(d: dict) -> str:

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xsa.stack.config import ConfigError, GPTConfig
+from xsa.stack.kvcache import KVCache
 from xsa.stack.loss import chunked_softcap_cross_entropy
 
 XSA_EPS = 1e-6
@@ -90,51 +91,26 @@ def xsa_project(y: torch.Tensor, v: torch.Tensor, alpha, eps: float = XSA_EPS) -
 XSA_VARIANTS = {"xsa": xsa_project}
 
 
-class KVCache:
-    """Keys and values of every layer for autoregressive decoding (batch B, up to max_len tokens),
-    and the last token's embedding for the smear."""
+def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor,
+                   mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with a learned sink logit per head in each softmax's denominator and a zero value
+    (config.attn_sink): softmax over [scores, sink], the sink's column dropped before the values, so a
+    query may put weight on nothing. Written out (no fused kernel takes an extra logit): the scores are
+    materialised, which costs T x T memory a head, fine at the CPU study's T.
 
-    def __init__(self, n_layer: int, batch_size: int, n_kv_head: int, head_dim: int, max_len: int,
-                 device=None, dtype=torch.float32, pad: torch.Tensor | None = None):
-        shape = (n_layer, batch_size, n_kv_head, max_len, head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.pos = 0  # tokens already in the cache
-        self.max_len = max_len
-        self.prev_embedding = None  # (B, 1, C): the normalised embedding of the last token seen
-        # (B,) padding tokens before each row's prompt, when prompts of unequal length decode as
-        # one batch (aligned at their ends); None: no padding
-        self.pad = pad
-        self._mask = None  # ((pos, T), mask): every layer of one forward reads the same mask
-
-    def mask(self, T: int, device) -> torch.Tensor | None:
-        """Which keys so far each of T new queries attends to, or None where it is every key."""
-        if self._mask is None or self._mask[0] != (self.pos, T):
-            self._mask = ((self.pos, T), self._build_mask(T, device))
-        return self._mask[1]
-
-    def _build_mask(self, T: int, device) -> torch.Tensor | None:
-        Tk = self.pos + T
-        if self.pad is None:  # causal within the chunk; one new token sees all
-            return None if T == 1 else torch.ones(T, Tk, dtype=torch.bool, device=device).tril(diagonal=Tk - T)
-        cols = torch.arange(Tk, device=device)
-        query = cols[Tk - T:, None]
-        real = cols[None, None, :] >= self.pad[:, None, None]  # (B, 1, Tk): no row sees another's padding
-        # a padding query sees itself alone: with no key at all its output would be NaN, and a NaN
-        # value spreads to every query even at attention weight 0
-        return ((cols[None, :] <= query) & real | (cols[None, :] == query))[:, None]  # (B, 1, T, Tk)
-
-    def insert(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store this chunk's k, v (B, Hkv, T, D) at the current position; return all keys/values so far."""
-        t0, t1 = self.pos, self.pos + k.size(2)
-        if t1 > self.max_len:
-            raise ValueError(f"KV cache overflow: {t1} tokens > max_len {self.max_len}")
-        self.k[layer, :, :, t0:t1] = k
-        self.v[layer, :, :, t0:t1] = v
-        return self.k[layer, :, :, :t1], self.v[layer, :, :, :t1]
-
-    def advance(self, n: int):
-        self.pos += n
+    q: (B, H, T, D); k, v: (B, Hkv, Tk, D); sink: (H,); mask: which keys each query sees, bool
+    broadcastable to (B, H, T, Tk), or None for causal attention over a chunk that starts at key 0.
+    Returns (y (B, H, T, D), the sink's weight (B, H, T)). The softmax runs in fp32 under autocast."""
+    B, H, T, D = q.shape
+    if k.size(1) != H:  # grouped-query attention: each query head reads its KV head
+        k, v = k.repeat_interleave(H // k.size(1), dim=1), v.repeat_interleave(H // v.size(1), dim=1)
+    scores = (q @ k.transpose(-1, -2)).float() * D ** -0.5  # SDPA's default scale
+    if mask is None:
+        mask = torch.ones(T, k.size(2), dtype=torch.bool, device=q.device).tril(diagonal=k.size(2) - T)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    logits = torch.cat([scores, sink.float().view(1, H, 1, 1).expand(B, H, T, 1)], dim=-1)
+    p = torch.softmax(logits, dim=-1)
+    return p[..., :-1].to(v.dtype) @ v, p[..., -1]
 
 
 class CausalSelfAttention(nn.Module):
@@ -159,6 +135,11 @@ class CausalSelfAttention(nn.Module):
         # a learnable strength per head, initialised at alpha (AdamW group "xsa_gate"; init_weights)
         self.xsa_gate = (nn.Parameter(torch.full((self.n_head,), self.xsa_alpha))
                          if config.xsa_gate and self.xsa_alpha is not None else None)
+        # the sink study's arms (config.attn_gate, attn_sink): a per-head output gate read off the same
+        # channels as the value-embedding gate, zero-initialised (2 * sigmoid(0) = 1: neutral at step 0),
+        # and a per-head sink logit, initialised at 0 (init_weights)
+        self.attn_gate = nn.Linear(self.ve_channels, self.n_head, bias=False) if config.attn_gate else None
+        self.attn_sink = nn.Parameter(torch.zeros(self.n_head)) if config.attn_sink else None
         # Diagnostics: set to a dict to receive this layer's q, k, v, y, z on the next forward
         self.capture: dict | None = None
 
@@ -179,11 +160,15 @@ class CausalSelfAttention(nn.Module):
         # (B, T, H, D) -> (B, H, T, D): heads become a batch dimension for attention
         q, k, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         gqa = self.n_head != self.n_kv_head
-        if kv_cache is None:
-            y = F.scaled_dot_product_attention(q, k, vt, is_causal=True, enable_gqa=gqa)
-        else:
+        mask, sink_weight, k_all, v_all = None, None, k, vt
+        if kv_cache is not None:
             mask = kv_cache.mask(T, x.device)  # before insert: the cache's position is the chunk's start
             k_all, v_all = kv_cache.insert(self.layer_idx, k, vt)
+        if self.attn_sink is not None:
+            y, sink_weight = sink_attention(q, k_all, v_all, self.attn_sink, mask)
+        elif kv_cache is None:
+            y = F.scaled_dot_product_attention(q, k, vt, is_causal=True, enable_gqa=gqa)
+        else:
             y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=gqa)
         # (B, T, H, D) in memory: the copy that c_proj's reshape would make anyway, made before XSA so
         # that y, v and z share one layout and XSA's elementwise ops run as flat loops
@@ -192,9 +177,17 @@ class CausalSelfAttention(nn.Module):
         v_self = v_plain if self.xsa_plain else v
         alpha = self.xsa_alpha if self.xsa_gate is None else self.xsa_gate
         z = y if self.xsa_alpha is None else XSA_VARIANTS[self.xsa_variant](y, v_self, alpha)
+        gate = None
+        if self.attn_gate is not None:  # per head and token; a scalar on z_i, so it commutes with XSA
+            gate = 2 * torch.sigmoid(self.attn_gate(x[..., :self.ve_channels]))  # (B, T, H)
+            z = z * gate.unsqueeze(-1).to(z.dtype)
         if self.capture is not None:
             self.capture.update(q=q.detach(), k=k.detach(), y=y.detach(), z=z.detach(),
                                 v=v_self.detach().transpose(1, 2))
+            if gate is not None:
+                self.capture["gate"] = gate.detach()
+            if sink_weight is not None:
+                self.capture["sink_weight"] = sink_weight.detach()  # (B, H, T)
         return self.c_proj(z.view(B, T, C))
 
 
@@ -287,6 +280,10 @@ class GPT(nn.Module):
                 nn.init.uniform_(block.attn.ve_gate.weight, 0.0, c.init_gate_max)
             if block.attn.xsa_gate is not None:
                 nn.init.constant_(block.attn.xsa_gate, block.attn.xsa_alpha)
+            if block.attn.attn_gate is not None:
+                nn.init.zeros_(block.attn.attn_gate.weight)
+            if block.attn.attn_sink is not None:
+                nn.init.zeros_(block.attn.attn_sink)
         cos, sin = self._rotary_tables(self.cos.device)
         self.cos.copy_(cos)
         self.sin.copy_(sin)
@@ -304,6 +301,7 @@ class GPT(nn.Module):
             "x0_lambdas": [self.x0_lambdas],
             "smear": [p.weight if isinstance(p, nn.Linear) else p for p in smear],
             "xsa_gate": [b.attn.xsa_gate for b in self.blocks if b.attn.xsa_gate is not None],
+            "attn_sink": [b.attn.attn_sink for b in self.blocks if b.attn.attn_sink is not None],
         }
         assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
         return groups

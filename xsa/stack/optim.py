@@ -380,7 +380,8 @@ def build_optimizers(model, cfg, world_size: int = 1) -> list[torch.optim.Optimi
     lrs = {"lm_head": cfg.unembedding_lr * dmodel * batch, "embedding": emb,
            "value_embeds": emb * cfg.value_embed_lr_scale, "resid_lambdas": cfg.scalar_lr * 0.01 * batch,
            "x0_lambdas": cfg.scalar_lr * batch, "smear": cfg.smear_lr,
-           "xsa_gate": cfg.scalar_lr * 0.01 * batch}  # a gate near 1: the residual scalars' small rate
+           "xsa_gate": cfg.scalar_lr * 0.01 * batch,  # a gate near 1: the residual scalars' small rate
+           "attn_sink": cfg.scalar_lr * batch}  # a logit of order 1 that must move by several: the x0 scalars' rate
     adam = [dict(name=name, params=groups[name], lr=lrs[name], betas=cfg.adam_betas[name],
                  weight_decay=cfg.adam_weight_decay[name], decay_scheduled=False)
             for name in lrs if groups.get(name)]

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from xsa.stack.config import DATA_SUBSETS, DEFAULT_RECIPE, RECIPES, ConfigError, GPTConfig, TrainConfig, scaling_params
+from xsa.stack.config import (DATA_SUBSETS, DEFAULT_RECIPE, RECIPES, ConfigError, GPTConfig, TrainConfig, optional_fields,
+                              scaling_params)
 
 # -----------------------------------------------------------------------------
 # Presets, as data. Each fixes model shape, batch, data and horizon; the CPU presets also state
@@ -117,7 +118,8 @@ def make_config(preset: str, **overrides) -> TrainConfig:
     """
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    # None leaves a field at the preset's value, except where None is a value of the field itself
+    overrides = {k: v for k, v in overrides.items() if v is not None or k in optional_fields()}
     spec = dict(PRESETS[preset])
     recipe_name = overrides.pop("recipe", spec.pop("recipe", DEFAULT_RECIPE))
     if recipe_name not in RECIPES:

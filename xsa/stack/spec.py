@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from xsa.stack.config import XSA_FIELDS, ConfigError, GPTConfig, TrainConfig
+from xsa.stack.config import XSA_FIELDS, ConfigError, GPTConfig, TrainConfig, optional_fields
 from xsa.stack.presets import make_config
 
 # fields that never make an arm: the preset names the run's base, the seed is its own part
@@ -83,6 +83,10 @@ def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
             label += "-" + model.xsa_value
         if model.xsa_gate:
             label += "-gate"
+    if model.attn_gate:  # the sink study's arms (base-attngate, xsa1-sink)
+        label += "-attngate"
+    if model.attn_sink:
+        label += "-sink"
     for key, value in sorted(rest.items()):
         label += f"-{WORDS[key]}" if value is True and key in WORDS else f"-{ALIASES.get(key, key)}{_label(value)}"
     parts.append(label)
@@ -191,6 +195,10 @@ def parse_overrides(pairs: list[str], flag: str = "--set") -> dict:
             out[name] = json.loads(value)
         except json.JSONDecodeError:
             out[name] = value
+        if out[name] is None and name not in optional_fields():
+            raise ValueError(f"{flag} {name}=null: {name} takes no null (only "
+                             f"{', '.join(sorted(optional_fields()))} do); give a value, or leave it out for the "
+                             "preset's")
     return out
 
 
