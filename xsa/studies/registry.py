@@ -20,6 +20,9 @@ The kinds these are made of (comparisons, claims, Study) are in xsa/studies/kind
 - d12-test: that prediction tested on a GPU server, d12 pairs under a precision rule.
 - factorial: two shapes x two lengths x two common matrix LRs: which of steps, tokens per parameter
            and model size carries XSA's gain (xsa/factorial/; pre-registered with its analysis code).
+- sink:    is XSA's gain a sink effect? XSA with and without a per-head output gate or a learned sink
+           logit, at four of the factorial's conditions (xsa/studies/sink.py; pre-registered with its
+           analysis code).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from xsa.factorial.design import factorial_study
 from xsa.runs.records import REPO_ROOT
 from xsa.stack.spec import Arm
 from xsa.studies.scale import CHECKS, d12_test_study, scale_study
+from xsa.studies.sink import sink_study
 from xsa.studies.kinds import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
                        unique_runs, xsa_pair)                                        # are read from here too)
 
@@ -227,7 +231,8 @@ def _robust(results) -> Study:
 
 
 STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study,
-           **{c.name: c.study for c in CHECKS}, "d12-test": d12_test_study, "factorial": factorial_study}
+           **{c.name: c.study for c in CHECKS}, "d12-test": d12_test_study, "factorial": factorial_study,
+           "sink": sink_study}
 # studies whose runs depend on the records so far (xsa/studies/rules.py)
 ADAPTIVE = {"robust", "scale", *(c.name for c in CHECKS), "d12-test"}
 
