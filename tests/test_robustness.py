@@ -219,7 +219,7 @@ def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partia
     assert not list((tmp_path / "again" / archive.ARCHIVE).glob(".*"))
 
 
-@pytest.mark.parametrize("name", ["robust", "scale", "scale-check", "factorial", "d12-test"])
+@pytest.mark.parametrize("name", ["robust", "scale", "scale-check", "factorial", "d12-test", "sink"])
 def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_run(name):
     import subprocess
 
@@ -234,8 +234,9 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
     added = git("log", "--diff-filter=A", "--format=%h %cI", "--", path).split()
     assert added[-2].startswith(commit[:7]) and added[-1][:16].replace("T", " ") == date
     runs = REPO_ROOT / "results" / "runs"
-    # the robust study's records that the scale and factorial studies reuse by value
-    reused = {r.run_id for r in get_study("robust").runs} if name in ("scale", "factorial") else set()
+    # the records a study reuses by value from the study it builds on (registered knowing them)
+    reuses = {"scale": "robust", "factorial": "robust", "sink": "factorial"}
+    reused = {r.run_id for r in get_study(reuses[name]).runs} if name in reuses else set()
     dates = [read_json(runs / r.run_id / "provenance.json")["date"] for r in study.runs
              if r.run_id not in reused and (runs / r.run_id / "provenance.json").exists()]
     if name != "robust" and not dates:

@@ -47,8 +47,8 @@ from pathlib import Path
 from xsa.stack.common import autodetect_device
 from xsa.data import ensure_data
 from xsa.data.climbmix import tokens_read
-from xsa.runs.jobs import (STAGES, Context, Job, StageError, config_changes, is_done, jobs_for, prepare_train, recorded_config,
-                      train_config, trained)
+from xsa.runs.jobs import (STAGES, Context, Job, StageError, config_changes, diverged, is_done, jobs_for, prepare_train,
+                      recorded_config, train_config, trained)
 from xsa.runs.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
 from xsa.report.export import export_paper, paper_runs, stable_notebook
 from xsa.report.paper_checks import check_paper_stage
@@ -201,7 +201,15 @@ def run_job(tag: str, job: Job, ctx: Context) -> Path:
     how = " (resuming)" if job.params.get("resume") else ""
     print(f"{tag}: running{how} -> {ctx.record(job)}", flush=True)
     t0 = time.time()
-    record = execute(job, ctx)
+    try:
+        record = execute(job, ctx)
+    except StageError:
+        # a run that diverged wrote its divergence record (xsa/runs/diverged.py): an outcome of the study
+        # (a learning-rate sweep reaches rates that diverge), not a failure of the pipeline
+        if job.stage != "train" or not diverged(Path(job.params["out_dir"]), train_config(job)):
+            raise
+        print(f"{tag}: diverged after {time.time() - t0:.0f} s (recorded in its diverged.json)", flush=True)
+        return ctx.record(job)
     print(f"{tag}: done in {time.time() - t0:.0f} s", flush=True)
     return record
 
@@ -350,8 +358,11 @@ def main(argv=None) -> int:
         except ValueError as e:
             p.error(str(e))  # exit status 2, naming the study
         layout = Layout(Path(args.results).resolve(), Path(args.paper).resolve(), args.study)
-        done = sum(trained(layout.run_dir(r)) for r in study.runs)
-        print(f"study {args.study}: {done} of {len(study.runs)} declared runs trained", flush=True)
+        # a run that diverged is final too: its record is its divergence (xsa/runs/diverged.py)
+        gone = sum(diverged(layout.run_dir(r), r.config()) for r in study.runs)
+        done = sum(trained(layout.run_dir(r)) for r in study.runs) + gone
+        print(f"study {args.study}: {done} of {len(study.runs)} declared runs trained"
+              + (f" ({gone} of them diverged)" if gone else ""), flush=True)
         return 0 if done == len(study.runs) else 3
     try:
         run_pipeline(args.study, args.stages, args.results, args.paper, args.notebooks, args.force, args.shard,

@@ -24,6 +24,7 @@ from xsa.studies.rules import detectable, half_width, slope_detectable
 from xsa.factorial.prereg import d12_test_document, factorial_document
 from xsa.studies.prereg_check import check_document
 from xsa.studies.prereg_scale import scale_document
+from xsa.studies.optimizer_prereg import optimizer_document
 from xsa.studies.sink_prereg import sink_document
 from xsa.runs.records import REPO_ROOT, atomic_write_text, check_out
 from xsa.report.records import load_runs, per_seed
@@ -124,7 +125,8 @@ def robust_document(results: Path) -> str:
 
 DOCUMENTS = {"robust": robust_document, "scale": scale_document,
              **{c.name: partial(check_document, check=c) for c in CHECKS},
-             "factorial": factorial_document, "d12-test": d12_test_document, "sink": sink_document}
+             "factorial": factorial_document, "d12-test": d12_test_document, "sink": sink_document,
+             "optimizer": optimizer_document}
 
 
 def main(argv=None) -> int:

@@ -10,21 +10,20 @@ Train one run: a GPT with a given XSA setting, Muon + AdamW (or AdamW alone), on
 hand: the run id, and so the folder, comes from the preset, the fields set and the seed (xsa/stack/spec.py;
 `Run.command()` prints a run's command).
 
-Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss
-of the batch of update s (computed before that update); the first logged step is 1. Step 0 carries
-only the evaluation of the initial model. Val bpb is measured at step 0, every eval_every steps and at
-the last step of the run.
+Step convention: `step` counts optimizer updates done. The train loss logged at step s is the loss of the batch of
+update s (computed before that update); the first logged step is 1. Step 0 carries only the evaluation of the
+initial model. Val bpb is measured at step 0, every eval_every steps and at the last step of the run.
 
-RUN_DIR/metrics.jsonl has one line per logged step: step, train_loss, train_loss_ema (an EMA, beta
-0.9, debiased like Adam's moments), lr_mult, tok_per_s, mfu (against the measured matmul peak),
-mfu_datasheet (the GPU datasheet's bf16 peak, as nanochat; None on CPU), and on eval steps val_bpb
-and diag (attention diagnostics per layer on a fixed 4-row validation batch, xsa/diagnostics.py).
+RUN_DIR/metrics.jsonl has one line per logged step: step, train_loss, train_loss_ema (an EMA, beta 0.9, debiased
+like Adam's moments), lr_mult, tok_per_s, mfu (against the measured matmul peak), mfu_datasheet (the GPU
+datasheet's bf16 peak, as nanochat; None on CPU), and on eval steps val_bpb and diag (attention diagnostics per
+layer on a fixed 4-row validation batch, xsa/diagnostics.py). A run whose loss or weights turn non-finite stops
+with RUN_DIR/diverged.json, its final record, in place of summary.json (xsa/runs/diverged.py).
 
-Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32; compiled with cpu_compile=true, as
-every run of the robust study trains, else eager) are detected automatically (the precision policy
-of xsa/stack/step.py). CPU runs resume bit-exactly (at the same thread count): the
-data loader is a pure function of (seed, step, micro-batch), and checkpoints hold the model,
-optimizers, loop values and RNG states.
+Device: cuda (bf16 autocast + torch.compile), mps or cpu (fp32; compiled with cpu_compile=true, as every run of the
+robust study trains, else eager) are detected automatically (the precision policy of xsa/stack/step.py). CPU runs
+resume bit-exactly (at the same thread count): the data loader is a pure function of (seed, step, micro-batch), and
+checkpoints hold the model, optimizers, loop values and RNG states.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ from xsa.data.shards import data_fingerprint
 from xsa.diagnostics import diagnostics_snapshot
 from xsa.stack.model import GPT, build as build_model
 from xsa.stack.presets import PRESETS
+from xsa.runs.diverged import clear_diverged, write_diverged
 from xsa.runs.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, code_provenance, git_state,
                          provenance)
 from xsa.runs.runlock import RunFolderBusy, hold_folder, move_aside, own_run
@@ -67,6 +67,10 @@ DIAG_ROWS = 4  # validation rows of the attention diagnostics logged at every ev
 
 class TrainingDiverged(RuntimeError):
     """The loss or the weights became NaN/inf; training stopped, the last good checkpoint is intact."""
+    def __init__(self, what: str, step: int, out: Path):
+        super().__init__(f"training diverged: {what} at step {step}; stopped. The last good checkpoint "
+                         f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
+        self.what, self.step = what, step
 
 
 def _barrier(is_ddp: bool):
@@ -181,8 +185,13 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
         with own_run(out_dir, "training") if rank == 0 else contextlib.nullcontext():  # one owner per folder
-            return _train(cfg, Path(out_dir), resume, overwrite, max_steps, data_dir, device,
-                          progress, is_ddp, rank, world, rows)
+            try:
+                return _train(cfg, Path(out_dir), resume, overwrite, max_steps, data_dir, device, progress, is_ddp,
+                              rank, world, rows)
+            except TrainingDiverged as e:  # a final record (xsa/runs/diverged.py): a sweep's rule counts it
+                if rank == 0:
+                    write_diverged(out_dir, e.step, e.what, cfg.to_dict(), cfg.config_hash())
+                raise
     finally:
         if own_group:
             dist.destroy_process_group()
@@ -217,6 +226,7 @@ def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) ->
     if saved is None and out.exists() and any(out.iterdir()):
         move_aside(out)  # --overwrite of a run folder (checked above): kept aside, never deleted
     hold_folder(out)  # made and flocked: a deleted lock file lets no second training in
+    clear_diverged(out)  # a resume of a diverged run trains again: its record is stale until it diverges again
     atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
     # a killed run may have logged past its last checkpoint: drop those lines, they are redone
     kept, _ = kept_log(out, step) if saved is not None else ([], False)
@@ -243,11 +253,6 @@ def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int, B:
                 record["diag"] = diagnostics_snapshot(step.model, diag_x)
         return record
     return evaluate
-
-
-def _diverged(what: str, step: int, out: Path) -> TrainingDiverged:
-    return TrainingDiverged(f"training diverged: {what} at step {step}; stopped. The last good checkpoint "
-                            f"({ckpt.state_path(out)}) is intact; nothing after it was saved.")
 
 
 def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
@@ -312,7 +317,7 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         if step % cfg.log_every == 0 or step == end:
             loop.train_loss = loss.item()
             if not math.isfinite(loop.train_loss):
-                raise _diverged(f"train loss is {loop.train_loss}", step, out)
+                raise TrainingDiverged(f"train loss is {loop.train_loss}", step, out)
             dt, dc, tokens = timers.close_log(loop, cfg.total_batch_size)
             record.update(train_loss=loop.train_loss, train_loss_ema=ema.item() / (1 - EMA_BETA ** step),
                           lr_mult=step_fn.lr, tok_per_s=tokens / dt,
@@ -339,7 +344,7 @@ def _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg) -> None:
     writes the file), never non-finite weights over a good checkpoint (a NaN may appear between log
     steps)."""
     if not torch.stack([p.isfinite().all() for p in model.parameters()]).all():
-        raise _diverged("non-finite weights", step, out)
+        raise TrainingDiverged("non-finite weights", step, out)
     loop.ema = ema.item()
     timers.add_run_time(loop)
     ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
@@ -432,14 +437,9 @@ def main(argv=None):
         summary = train(run.config(), out, resume=args.resume, overwrite=args.overwrite, max_steps=args.max_steps,
                         data_dir=args.data_dir, device=args.device, progress=not args.no_progress,
                         device_batch_size=args.device_batch_size)
-    except TrainingDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except RunFolderBusy as e:
-        p.exit(2, f"{p.prog}: error: {e}\n")
-    except (ConfigError, FileExistsError, FileNotFoundError, PermissionError, ValueError) as e:
-        p.exit(2, f"{p.prog}: error: {e}\n")  # bad input: one line, exit 2, as argparse does
-    except OSError as e:  # a full disk, a read-only one: the message names the file
+    except (RunFolderBusy, ConfigError, FileExistsError, FileNotFoundError, PermissionError, ValueError) as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")  # bad input or a busy folder: one line, exit 2, as argparse does
+    except (TrainingDiverged, OSError) as e:  # diverged (its record written), a full or read-only disk (named)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     print0(f"{out}: val bpb {summary['val_bpb']:.4f} after {summary['steps']} steps "

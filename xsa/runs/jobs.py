@@ -5,7 +5,8 @@ parameters and outputs, and when a job is already done.
 A job is skipped when its outputs exist for the same inputs: training compares the run folder's
 config, read by value, with the study's; evaluate and diagnostics the trained weights' hash and
 their own parameters; the study-wide stages a hash of their parameters, their notebook's code and
-(validation) the package sources. A half-finished training run of the same config resumes.
+(validation) the package sources. A half-finished training run of the same config resumes; one that
+diverged (its folder holds diverged.json for the same config, xsa/runs/diverged.py) is done.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from xsa.stack.checkpoint import state_path
 from xsa.stack.config import TrainConfig
+from xsa.runs.diverged import read_diverged
 from xsa.runs.layout import NOTEBOOKS, Layout
 from xsa.runs.records import REPO_ROOT, read_json
 from xsa.stack.spec import Run
@@ -116,6 +118,14 @@ def trained(run_dir: Path) -> bool:
     return summary.exists() and read_json(summary).get("complete", False)
 
 
+def diverged(run_dir: Path, config: TrainConfig) -> bool:
+    """Whether the run folder holds the divergence record of this config (compared by value)."""
+    record = read_diverged(run_dir)
+    if record is None or not isinstance(record.get("config"), dict):
+        return False
+    return TrainConfig.from_dict(record["config"], str(run_dir / "diverged.json")) == config
+
+
 def trained_weights(run_dir: Path) -> str | None:
     summary = run_dir / "summary.json"
     return read_json(summary).get("final_weights_sha256") if summary.exists() else None
@@ -202,7 +212,11 @@ def up_to_date(job: Job, ctx: Context) -> bool:
 
 
 def is_done(job: Job, ctx: Context) -> bool:
-    if job.always or ctx.force or not all(p.exists() for p in job.outputs):
+    if job.always or ctx.force:
+        return False
+    if job.stage == "train" and diverged(Path(job.params["out_dir"]), train_config(job)):
+        return True  # a final record: trained again only with --force, never counted as a failure
+    if not all(p.exists() for p in job.outputs):
         return False
     if job.stage == "train" and not read_json(job.outputs[0]).get("complete", False):
         return False  # stopped early (--max-steps): resumed to the full horizon, never counted as done

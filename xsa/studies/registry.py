@@ -23,6 +23,9 @@ The kinds these are made of (comparisons, claims, Study) are in xsa/studies/kind
 - sink:    is XSA's gain a sink effect? XSA with and without a per-head output gate or a learned sink
            logit, at four of the factorial's conditions (xsa/studies/sink.py; pre-registered with its
            analysis code).
+- optimizer: the seed paper's title question: XSA under AdamW and under Muon at each optimizer's tuned
+           rates, and learning-rate sensitivity per arm as stability (xsa/studies/optimizer.py; adaptive;
+           pre-registered with its analysis code).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from xsa.factorial.design import factorial_study
 from xsa.runs.records import REPO_ROOT
 from xsa.stack.spec import Arm
 from xsa.studies.scale import CHECKS, d12_test_study, scale_study
+from xsa.studies.optimizer import optimizer_study
 from xsa.studies.sink import sink_study
 from xsa.studies.kinds import (Archived, Claim, Contrast, Paired, Study, Sweep, Versus,  # noqa: F401 (Versus: the kinds
                        unique_runs, xsa_pair)                                        # are read from here too)
@@ -232,9 +236,9 @@ def _robust(results) -> Study:
 
 STUDIES = {"smoke": _smoke, "default": _default, "gpu": _gpu, "robust": _robust, "scale": scale_study,
            **{c.name: c.study for c in CHECKS}, "d12-test": d12_test_study, "factorial": factorial_study,
-           "sink": sink_study}
+           "sink": sink_study, "optimizer": optimizer_study}
 # studies whose runs depend on the records so far (xsa/studies/rules.py)
-ADAPTIVE = {"robust", "scale", *(c.name for c in CHECKS), "d12-test"}
+ADAPTIVE = {"robust", "scale", *(c.name for c in CHECKS), "d12-test", "optimizer"}
 
 
 def get_study(name: str, results=None) -> Study:

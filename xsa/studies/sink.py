@@ -134,5 +134,5 @@ def sink_study() -> Study:
                    "rates by exact McNemar)",
         priorities="seed by seed across the four conditions, cheapest first, every mechanism and both arms of a "
                    "seed together",
-        preregistered=(), final=False,
+        preregistered=("aab8ef3", "2026-12-07 04:29"), final=False,
     )
