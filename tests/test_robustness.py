@@ -219,7 +219,7 @@ def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partia
     assert not list((tmp_path / "again" / archive.ARCHIVE).glob(".*"))
 
 
-@pytest.mark.parametrize("name", ["robust", "scale", "scale-check", "factorial", "d12-test", "sink"])
+@pytest.mark.parametrize("name", ["robust", "scale", "scale-check", "factorial", "d12-test", "sink", "optimizer"])
 def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_run(name):
     import subprocess
 
@@ -235,7 +235,7 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
     assert added[-2].startswith(commit[:7]) and added[-1][:16].replace("T", " ") == date
     runs = REPO_ROOT / "results" / "runs"
     # the records a study reuses by value from the study it builds on (registered knowing them)
-    reuses = {"scale": "robust", "factorial": "robust", "sink": "factorial"}
+    reuses = {"scale": "robust", "factorial": "robust", "sink": "factorial", "optimizer": "robust"}
     reused = {r.run_id for r in get_study(reuses[name]).runs} if name in reuses else set()
     dates = [read_json(runs / r.run_id / "provenance.json")["date"] for r in study.runs
              if r.run_id not in reused and (runs / r.run_id / "provenance.json").exists()]

@@ -134,6 +134,7 @@ def optimizer_study(results: Path) -> Study:
         secondary=(INTERACTION, *(common_name(o) for o in OPTIMIZERS)),
         correction="Holm at a family-wise 5% over the registered family (xsa/studies/optimizer_analysis.py: FAMILY)",
         priorities=f"the {w64} grids seed by seed, then its estimation pairs seed by seed, then the {w128} grids",
+        preregistered=("793ab27", "2026-12-07 04:44"),
     )
 
 
