@@ -30,9 +30,25 @@ endif
 
 setup: $(STAMP)
 
+# torch as pyproject.toml pins it (never a bare `torch`: pip would resolve it to whatever build its
+# index serves), installed before the rest so that pip keeps it: its CUDA build where nvidia-smi lists
+# a GPU (TORCH_CUDA_INDEX: the build for the node's driver), the CPU build otherwise; setup says which.
+TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[0-9][0-9.]*\)",.*/\1/p' pyproject.toml)
+TORCH_CUDA_INDEX ?= https://download.pytorch.org/whl/cu128
+export TORCH_CUDA_INDEX
+
 $(STAMP): pyproject.toml
+	@test -n "$(TORCH_PIN)" || { echo "setup: no torch==<version> pin found in pyproject.toml" >&2; exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then \
+		echo "setup: nvidia-smi lists a GPU: installing the CUDA build of $(TORCH_PIN) from $$TORCH_CUDA_INDEX"; \
+		$(PY) -m pip install '$(TORCH_PIN)' --index-url "$$TORCH_CUDA_INDEX"; \
+	else \
+		echo "setup: no GPU (nvidia-smi lists none): installing the CPU build of $(TORCH_PIN)"; \
+		$(PY) -m pip install '$(TORCH_PIN)'; \
+	fi
 	$(PY) -m pip install -e '.[test]'
+	@$(PY) -c 'import torch; print("setup: installed torch", torch.__version__, "(CUDA " + torch.version.cuda + " build)" if torch.version.cuda else "(CPU build)")'
 	touch $(STAMP)
 
 # Debian's chromium: the paper's PDF engine (its headless print of the HTML) and the JupyterLab test's
@@ -70,14 +86,17 @@ SHARD = $(WORK_ENV) $(PIPELINE) --stages train evaluate diagnostics throughput -
 # $(call COUNT,NAME) stops the recipe unless $$NAME is a whole number (empty where allowed: COUNT_OR_EMPTY)
 COUNT = case "$$$(1)" in ''|*[!0-9]*) echo "$(1)='$$$(1)' is not a whole number" >&2; exit 2;; esac
 COUNT_OR_EMPTY = case "$$$(1)" in *[!0-9]*) echo "$(1)='$$$(1)' is not a whole number" >&2; exit 2;; esac
+# a count that must be at least 1 (SHARDS=0 makes a pass of no shards, and `make study` would pass forever)
+POSITIVE = $(call COUNT,$(1)); test "$$$(1)" -ge 1 2>/dev/null || { echo "$(1)='$$$(1)' must be at least 1" >&2; exit 2; }
 
 # the shards of one pass over the study's runs, in parallel
-SHARDS_PASS = $(call COUNT,SHARDS); $(call COUNT_OR_EMPTY,THREADS); \
+SHARDS_PASS = $(call POSITIVE,SHARDS); $(call COUNT_OR_EMPTY,THREADS); \
 	pids=""; for k in $$(seq 0 $$((SHARDS - 1))); do \
 		echo "$(SHARD) $$k/$$SHARDS"; $(SHARD) $$k/$$SHARDS & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; test $$status = 0
 
 paper: setup tcmalloc browser
+	@$(call POSITIVE,SHARDS); $(call COUNT_OR_EMPTY,THREADS)
 	$(PIPELINE) --stages validation data
 	@$(SHARDS_PASS)
 	$(PIPELINE) --stages paper
@@ -85,6 +104,7 @@ paper: setup tcmalloc browser
 # an adaptive study (xsa/studies/rules.py, e.g. STUDY=robust) declares more runs as its records land:
 # passes over it until every declared run is trained (a failing pass stops it; rerun to resume)
 study: setup tcmalloc
+	@$(call POSITIVE,SHARDS); $(call COUNT_OR_EMPTY,THREADS)
 	$(PIPELINE) --stages validation data
 	@until $(PIPELINE) --status; do $(SHARDS_PASS) || exit 1; done
 

@@ -29,8 +29,10 @@ if [[ $QUICK == 1 && "${1:-}" == "--dry" ]]; then DRY=1; shift; fi
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ "${1:-}" == "--prereq" ]]; then PREREQ_ONLY=1; shift; fi
 OUT="${1:-results/gpu}"
-# a folder (or file) git tracks holds committed records: the check writes only where nothing is tracked
-if [[ $PREREQ_ONLY == 0 && -n "$(git ls-files -- "$OUT" 2>/dev/null | head -1)" ]]; then
+# a folder (or file) git tracks holds committed records: the check writes only where nothing is tracked,
+# judged where the path leads (a symlink to paper/, or a path through one, is paper/)
+REAL="$(realpath -m -- "$OUT" 2>/dev/null || printf '%s' "$OUT")"
+if [[ $PREREQ_ONLY == 0 && -n "$(git ls-files -- "$REAL" 2>/dev/null | head -1)" ]]; then
   echo "gpu_check.sh: $OUT holds files git tracks (committed records); give a new folder or file" >&2
   exit 2
 fi

@@ -9,8 +9,9 @@ path, with tolerances that decide something:
 - training steps with a changing learning rate compile no new graph after the first;
 - a run on the compiled path stopped and resumed ends with the uninterrupted run's weights bit for
   bit (under torch.use_deterministic_algorithms: without it two uninterrupted compiled runs already
-  differ at 2 threads, inductor's embedding backward adding with atomics), and it learns (at matrix_lr 0.01: at the smoke preset's 0.02 this toy model spikes on the bf16
-  path, see STABLE).
+  differ at 2 threads, inductor's embedding backward adding with atomics), and it learns: its final val
+  bpb 0.2 below the initial model's, a margin every host measured gives (at matrix_lr 0.01: at the smoke
+  preset's 0.02 this toy model spikes on the bf16 path, see STABLE).
 
 Tolerances, measured on the smoke preset after 30 fp32 steps (loss about 6.3 nats on one 4 x 64
 batch): |loss_bf16 - loss_fp32| about 4e-4 nats, so LOSS_TOL = 5e-3 (about 1e-3 relative, 10x the
@@ -155,6 +156,8 @@ def test_compiled_resume_is_bit_identical_and_learns(smoke_data, tmp_path, threa
     assert done["complete"] and done["final_weights_sha256"] == full["final_weights_sha256"]
     assert [r["train_loss"] for r in read_jsonl(tmp_path / "part" / "metrics.jsonl") if "train_loss" in r] == \
         [r["train_loss"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl") if "train_loss" in r]
-    # it learns: val bpb falls at every evaluation, well below the initial model's (3.72, 3.58, 3.35)
+    # it learns: its final val bpb well below the initial model's. Not "at every evaluation": the middle
+    # one is one trajectory's luck (3.72, 3.58, 3.35 on an AVX-512 host; 3.72, 5.40, 3.36 at 2 threads on
+    # an AVX2-only one, a transient spike the run recovers from), the end is not (0.36 below on both)
     bpb = [r["val_bpb"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl") if "val_bpb" in r]
-    assert len(bpb) == 3 and bpb[2] < bpb[1] < bpb[0] and bpb[2] < bpb[0] - 0.25, bpb
+    assert len(bpb) == 3 and bpb[2] < bpb[0] - 0.2, bpb

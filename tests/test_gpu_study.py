@@ -1,4 +1,4 @@
-"""The GPU node's recipe (xsa/gpu_study.py, `make gpu-study`): the torchrun commands train the gpu
+"""The GPU node's recipe (xsa/gpu_study.py, `make gpu-study`): the launch commands train the gpu
 study's runs under their own ids and configs, skip finished runs and resume started ones."""
 
 import json
@@ -19,7 +19,7 @@ def test_commands_train_the_studys_runs_under_their_ids(monkeypatch, tmp_path):
     monkeypatch.setattr(t, "train", lambda cfg, out, **kw: seen.append((cfg, out, kw)) or
                         {"val_bpb": 0.0, "steps": 0, "tok_per_s": None})
     for cmd in cmds:
-        assert cmd[:3] == ["torchrun", "--standalone", "--nproc_per_node=8"]
+        assert cmd[:5] == [*gs.LAUNCH, "--standalone", "--nproc_per_node=8"]
         t.main(cmd[cmd.index("xsa.train") + 1:])
     for run, (cfg, out, _) in zip(study.runs, seen):
         assert Run.from_config(cfg) == run and out.name == run.run_id and cfg == run.config()

@@ -184,6 +184,10 @@ def test_the_readme_states_each_studys_status_as_the_records_have_it():
     x4 = s["check_common_xsa_rate"]  # the x4 level as the paper states it: at a common rate, with its verdict
     assert f"XSA's change with both arms at one rate is {stated(x4, False)}" in head
     assert ("slope with training length is not established" in head) == (not s["slope_tokens"].decided)
+    for name in ("sink", "optimizer"):  # said to be training while a declared run has no record
+        training = not all(trained(REPO_ROOT / "results" / "runs" / r.run_id) for r in get_study(name).runs)
+        assert ("Two studies of what the gain is, each registered with its analysis code before its first record, "
+                "are training" in head) == training, f"README: the {name} study's status"
     runs = get_study("factorial").runs
     finished = all(trained(REPO_ROOT / "results" / "runs" / r.run_id) for r in runs)
     assert ("factorial study, registered with its analysis code before its first record, is "

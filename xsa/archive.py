@@ -110,7 +110,11 @@ def main(argv=None) -> int:
         check_commit(args.commit)
     except SystemExit as e:
         p.error(str(e))  # exit status 2
-    written = restore(args.commit, Path(args.results))
+    try:
+        written = restore(args.commit, Path(args.results))
+    except OSError as e:  # a place that takes no folder (/proc, a read-only disk): one line naming it
+        p.error(f"--results {args.results}: cannot write the archive there ({e.strerror or e}: "
+                f"{e.filename or args.results})")
     print(f"archive {args.commit}: {len(written)} file(s) written under {Path(args.results) / ARCHIVE / args.commit}")
     return 0
 

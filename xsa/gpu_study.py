@@ -1,6 +1,9 @@
 """
 Train a study's runs on one GPU node, one run at a time over every GPU with torchrun (what
-`make gpu-study` runs between the data and the evaluations).
+`make gpu-study` runs between the data and the evaluations). The ranks are launched by this
+interpreter's own torch.distributed.run (`python -m torch.distributed.run`, what `torchrun` runs): the
+project's environment is not on PATH on a bare node, so a `torchrun` found there would be another
+environment's, or none.
 
     python -m xsa.gpu_study --study gpu [--nproc 8] [--device-batch-size B] [--print]
     python -m xsa.gpu_study --study d12-test      # the scale study's d12 prediction, tested (adaptive)
@@ -8,7 +11,9 @@ Train a study's runs on one GPU node, one run at a time over every GPU with torc
 
 Each run trains into its own folder, results/runs/<run id>, under the study's run id and config,
 so the pipeline's train stage then finds it done and skips it; a run stopped part-way resumes
-from its checkpoint (`--resume`), a finished one is left alone. The runs are trained in the
+from its checkpoint (`--resume`), a finished one (its record complete, its config the study's by
+value, as the pipeline judges it) is left alone. A --device-batch-size (or a preset's) that does not
+divide a run's batch over --nproc GPUs is refused before anything starts, naming the run. The runs are trained in the
 study's order; a failing run stops the loop (rerun to resume). `--print` prints the commands
 instead of running them. An adaptive study (d12-test: pairs under a precision rule) is passed
 over until its rules declare no run that is not trained.
@@ -29,6 +34,7 @@ import sys
 import torch
 
 from xsa.gpu_check import cuda_problems
+from xsa.runs.jobs import recorded_config, trained
 from xsa.runs.layout import default_layout
 from xsa.runs.runlog import finished_summary
 from xsa.stack.spec import format_value
@@ -40,15 +46,39 @@ def train_args(run) -> list[str]:
     return ["--preset", run.preset, *sets, "--seed", str(run.seed)]
 
 
+# the launcher torchrun runs, from this interpreter: the environment's own torch, whatever PATH holds
+LAUNCH = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def finished(folder, run) -> bool:
+    """Whether `folder` holds `run` trained to its horizon: its whole log under its config's hash, or
+    (a record older than a field added since) a complete record whose config is the run's by value."""
+    if finished_summary(folder, run.config()) is not None:
+        return True
+    return trained(folder) and recorded_config(folder) == run.config()
+
+
+def check_batch(run, nproc: int, device_batch_size: int | None) -> None:
+    """ValueError naming the run unless its batch splits into whole micro-batches over nproc GPUs."""
+    cfg = run.config()
+    rows = device_batch_size or cfg.device_batch_size
+    step = rows * cfg.model.sequence_len * nproc
+    if cfg.total_batch_size % step:
+        raise ValueError(f"{run.run_id}: its batch of {cfg.total_batch_size} tokens is not a whole number of "
+                         f"micro-batches of {rows} rows x {cfg.model.sequence_len} tokens x {nproc} GPUs "
+                         "(choose a --device-batch-size that divides it)")
+
+
 def commands(study, nproc: int, device_batch_size: int | None = None) -> list[list[str]]:
-    """The torchrun command of every run of `study` not yet trained to its horizon."""
+    """The launch command of every run of `study` not yet trained to its horizon."""
     layout = default_layout(study.name)
     out = []
     for run in study.runs:
         folder = layout.run_dir(run)
-        if finished_summary(folder, run.config()) is not None:
+        if finished(folder, run):
             continue
-        cmd = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "-m", "xsa.train", *train_args(run),
+        check_batch(run, nproc, device_batch_size)
+        cmd = [*LAUNCH, "--standalone", f"--nproc_per_node={nproc}", "-m", "xsa.train", *train_args(run),
                "--out", str(folder), "--device", "cuda", "--no-progress"]
         if (folder / "config.json").exists():
             cmd.append("--resume")
@@ -90,8 +120,8 @@ def main(argv=None) -> int:
     while True:
         try:
             todo = commands(get_study(args.study), nproc, args.device_batch_size)
-        except ValueError as e:
-            p.error(str(e))
+        except ValueError as e:  # one line, as the GPU check's refusal
+            p.exit(2, f"{p.prog}: error: {e}\n")
         for cmd in todo:
             print(shlex.join(cmd), flush=True)
             if not args.print and subprocess.run(cmd).returncode != 0:

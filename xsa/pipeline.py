@@ -39,9 +39,11 @@ fall back to the CPU without a word where torch sees no GPU (a driver older than
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from xsa.stack.common import autodetect_device
@@ -54,7 +56,7 @@ from xsa.report.export import export_paper, paper_runs, stable_notebook
 from xsa.report.paper_checks import check_paper_stage
 from xsa.runs.records import REPO_ROOT, atomic_write_text, git_state, read_json
 from xsa.report.integrity import known_runs  # leave_out may name the robustness study's runs
-from xsa.runs.runlock import busy
+from xsa.runs.runlock import RunFolderBusy, busy, own_run
 from xsa.studies.registry import ADAPTIVE, get_study
 
 
@@ -133,20 +135,43 @@ def execute(job: Job, ctx: Context) -> Path:
     check_parameters(job, notebook)
     record = ctx.record(job)
     record.parent.mkdir(parents=True, exist_ok=True)
+    # papermill writes its output as the notebook runs: into a temporary file beside the record, so a
+    # killed build or a full disk never leaves a tracked record (the paper's) half-written; the record is
+    # replaced only by a whole notebook (a failing one too: it shows the error)
+    running = record.with_name(f".{record.name}.{os.getpid()}.tmp")
     try:
-        pm.execute_notebook(str(notebook), str(record), parameters=job.params, kernel_name="python3",
-                            cwd=str(REPO_ROOT), progress_bar=False, log_output=False)
-    except Exception as e:  # papermill saved the notebook with the failing cell before raising
-        msg = str(e).strip().splitlines()
-        # a damaged record set lists every file: keep the whole list, not only its last lines
-        tail = next((msg[i:] for i, line in enumerate(msg) if line.lstrip().startswith("RecordError:")), msg[-6:])
-        raise StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
-                         + "\n  ".join(tail)) from None
-    check_outputs(job)
-    nb = compact(nbformat.read(str(record), as_version=4), job.stage)
+        try:
+            with warnings.catch_warnings():  # the temporary name is no .ipynb, on purpose (gitignored)
+                warnings.filterwarnings("ignore", message="The specified file .* does not end in")
+                pm.execute_notebook(str(notebook), str(running), parameters=job.params, kernel_name="python3",
+                                    cwd=str(REPO_ROOT), progress_bar=False, log_output=False)
+        except Exception as e:  # papermill saved the notebook with the failing cell before raising
+            if running.exists():
+                os.replace(running, record)
+            raise failed(job, record, e) from None
+        nb = nbformat.read(str(running), as_version=4)
+        try:
+            check_outputs(job)
+        except StageError:
+            os.replace(running, record)
+            raise
+    finally:
+        running.unlink(missing_ok=True)
+    nb = compact(nb, job.stage)
+    if "papermill" in nb.metadata:  # the record's own path, not the temporary one papermill wrote to
+        nb.metadata["papermill"]["output_path"] = str(record)
     nb.metadata["xsa"] = {"stage": job.stage, "job": job.name, "inputs": job.inputs()}
     atomic_write_text(record, stable_notebook(nb))  # no run times or absolute paths: a rerun changes nothing
     return record
+
+
+def failed(job: Job, record: Path, e: Exception) -> StageError:
+    """The stage's failure, naming its executed notebook, with the error's last lines."""
+    msg = str(e).strip().splitlines()
+    # a damaged record set lists every file: keep the whole list, not only its last lines
+    tail = next((msg[i:] for i, line in enumerate(msg) if line.lstrip().startswith("RecordError:")), msg[-6:])
+    return StageError(f"stage {job.stage} ({job.name}) failed; its executed notebook is {record}\n  "
+                      + "\n  ".join(tail))
 
 
 def run_data(ctx: Context, stages) -> None:
@@ -275,6 +300,18 @@ def check_device(device: str) -> None:
     autodetect_device(device)  # a name that is no device, or an MPS this machine lacks
 
 
+@contextlib.contextmanager
+def paper_lock(paper: Path):
+    """Hold the paper folder's lock (flock on PAPER/../.<name>.lock, gitignored; the kernel drops it
+    however the process ends) while the paper stage builds; StageError naming the holder if it is held."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(own_run(paper, "the paper stage"))
+        except RunFolderBusy as e:
+            raise StageError(f"stage paper: {e}") from None
+        yield
+
+
 def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", notebooks=None,
                  force: bool = False, shard: str = "0/1", leave_out=(), interim: bool = False,
                  device: str | None = None) -> dict:
@@ -291,14 +328,17 @@ def run_pipeline(study: str, stages=STAGES, results="results", paper="paper", no
     where = f" (shard {shard})" if ctx.shard[1] > 1 else ""
     print(f"study {study}: {len(ctx.study.runs)} runs, {ctx.study.scale}; stages: {', '.join(stages)}{where}",
           flush=True)
-    paper_nb = None
-    for stage in [s for s in STAGES if s in stages]:  # always in pipeline order
-        record = run_stage(stage, ctx, stages)
-        if stage == "paper":
-            paper_nb = record
-    if paper_nb is None:
-        return {}
-    out = export_paper(paper_nb, ctx.layout.paper, paper_runs(ctx.study))
+    # one paper build at a time: a second one stops at once, naming the first, instead of both
+    # rewriting the same tables, figures, executed notebook and paper
+    with paper_lock(layout.paper) if "paper" in stages else contextlib.nullcontext():
+        paper_nb = None
+        for stage in [s for s in STAGES if s in stages]:  # always in pipeline order
+            record = run_stage(stage, ctx, stages)
+            if stage == "paper":
+                paper_nb = record
+        if paper_nb is None:
+            return {}
+        out = export_paper(paper_nb, ctx.layout.paper, paper_runs(ctx.study))
     print(f"paper: {out['html']}\n       {out['md']}")
     if out["pdf"]:
         print(f"       {out['pdf']} (PDF engine: {out['pdf_engine']})")
@@ -340,6 +380,10 @@ def main(argv=None) -> int:
                    help="rewrite the executed notebooks under these folders as the pipeline now keeps them "
                         "(progress bars at their last state, a per-run stage without images) and exit")
     args = p.parse_args(argv)
+    try:  # before anything, --status included: 0/0 is no share of the jobs
+        parse_shard(args.shard)
+    except ValueError as e:
+        p.error(f"--{e}")
     if args.compact_records:
         executed = (Path(args.results) / "executed").resolve()
         for folder in args.compact_records:

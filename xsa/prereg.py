@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from functools import partial
 from pathlib import Path
@@ -123,6 +124,9 @@ def robust_document(results: Path) -> str:
     return "\n".join(lines)
 
 
+# a number no record sized, as Python prints it
+NOT_FINITE = re.compile(r"\b(?:nan|-?inf) (?:hours|runs|pairs|seeds|%)|\bnan\b")
+
 DOCUMENTS = {"robust": robust_document, "scale": scale_document,
              **{c.name: partial(check_document, check=c) for c in CHECKS},
              "factorial": factorial_document, "d12-test": d12_test_document, "sink": sink_document,
@@ -155,11 +159,20 @@ def main(argv=None) -> int:
     if out.exists() and not args.force:
         p.error(f"--out {out}: exists; a registration is written once, before the runs it governs "
                 "(--force replaces it)")
+    if not any((results / "runs").glob("*/summary.json")):  # every registration is sized by records
+        p.error(f"--study {args.study} --results {results}: no records to estimate from (its runs/ holds no "
+                "run record); nothing was written")
     try:
         text = DOCUMENTS[args.study](results)
     except ValueError as e:  # the records it is sized by are not there
         p.error(f"--study {args.study} --results {results}: {e}")
-    atomic_write_text(out, text)
+    if NOT_FINITE.search(text):  # a number sized by no record of its shape: never registered as "nan hours"
+        p.error(f"--study {args.study} --results {results}: no records to estimate from (the document would "
+                f"state {NOT_FINITE.search(text).group(0)!r}); nothing was written")
+    try:
+        atomic_write_text(out, text)
+    except OSError as e:  # a place that takes no file (/proc, a full disk): one line naming it
+        p.error(f"--out {out}: not written ({e.strerror or e})")
     print(f"pre-registration of {args.study}: {out}")
     return 0
 

@@ -193,6 +193,8 @@ def evaluate_chatcore(model, tokenizer, bundle: Path, max_len: int, device="cpu"
     decode gen_batch questions at a time (greedy, up to gen_tokens tokens each)."""
     if isinstance(gen_batch, bool) or not isinstance(gen_batch, int) or gen_batch < 1:
         raise ValueError(f"gen_batch: questions decoded at once must be a positive integer, got {gen_batch!r}")
+    if isinstance(gen_tokens, bool) or not isinstance(gen_tokens, int) or gen_tokens < 1:
+        raise ValueError(f"gen_tokens: the longest reply must be a positive number of tokens, got {gen_tokens!r}")
     tasks, missing = {}, []
     for label, rel, kind, baseline in tqdm(CHAT_TASKS, desc="ChatCORE", unit="task"):
         path = Path(bundle) / "eval_data" / rel

@@ -31,7 +31,10 @@ from xsa.stack.step import Precision
 from xsa.validation import random_model
 
 
-def random_prompts(n: int, vocab: int, shortest: int = 40, longest: int = 200, seed: int = 1) -> list[list[int]]:
+LONGEST = 200  # prompts are shorter than this many tokens
+
+
+def random_prompts(n: int, vocab: int, shortest: int = 40, longest: int = LONGEST, seed: int = 1) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab, (int(t),), generator=g).tolist()
             for t in torch.randint(shortest, longest, (n,), generator=g)]
@@ -63,6 +66,9 @@ def measure(preset: str, device, questions: int, tokens: int, gen_batch: int) ->
     """compare() at a preset's shape, in the device's precision (bf16 autocast and bf16 embeddings
     on CUDA, as ChatCORE runs there; fp32 elsewhere)."""
     model = random_model(0, **dataclasses.asdict(make_config(preset).model)).to(device).eval()
+    if LONGEST + tokens > model.rotary_len:  # the model decodes no position past its rotary tables
+        raise ValueError(f"--tokens {tokens}: a prompt of up to {LONGEST} tokens and its reply exceed the {preset} "
+                         f"model's rotary cache of {model.rotary_len} positions (at most {model.rotary_len - LONGEST})")
     precision = Precision.of(device)
     precision.store(model)
     prompts = random_prompts(questions, model.config.vocab_size)
@@ -88,7 +94,10 @@ def main(argv=None):
         device = autodetect_device(args.device)
     except ValueError as e:
         p.error(f"--device: {e}")
-    res = measure(args.preset, device, args.questions, args.tokens, args.gen_batch)
+    try:
+        res = measure(args.preset, device, args.questions, args.tokens, args.gen_batch)
+    except ValueError as e:  # more tokens than the model can place
+        p.error(str(e))
     print(json.dumps({"device": device_name(device), **res}, indent=1))
 
 

@@ -35,9 +35,31 @@ SPIKE_WINDOW = 50  # logged steps
 ALPHA = 0.05
 
 
+# the val bpb a record may hold for the arithmetic below: 8 bits a byte is a uniform guess, and a
+# hundredth of a bit is far below any model of text. The paper stage refuses a record outside the
+# summary schema's (0, 20) before this reads it (xsa/report/integrity.py); this keeps a forged value
+# that reaches it anyway (1e300, 1e-300) from ending in an overflow inside the statistics.
+BPB_RANGE = (0.01, 20.0)
+
+
+class OutOfRange(ValueError):
+    """A finished run's val bpb that no model of text has: the record, not the analysis, is wrong."""
+
+
 def bpb(results: Path, arm, seeds) -> dict[int, float]:
-    """{seed: final val bpb} of the arm's finished runs among `seeds`."""
-    return {s: v for s in seeds if (v := final_bpb(results, arm.run(s))) is not None}
+    """{seed: final val bpb} of the arm's finished runs among `seeds`; OutOfRange names a run whose
+    value is outside BPB_RANGE."""
+    out = {}
+    for s in seeds:
+        run = arm.run(s)
+        if (v := final_bpb(results, run)) is None:
+            continue
+        if not BPB_RANGE[0] < v < BPB_RANGE[1]:
+            raise OutOfRange(f"{Path(results) / 'runs' / run.run_id / 'summary.json'}: val_bpb {v!r} is outside "
+                             f"({BPB_RANGE[0]:g}, {BPB_RANGE[1]:g}) bits per byte: a damaged record, which no "
+                             "estimate reads (repair or retrain the run)")
+        out[s] = v
+    return out
 
 
 def relative_effects(results: Path, a, b, seeds) -> dict[int, float]:
@@ -66,14 +88,19 @@ def summary(values) -> dict:
 
 
 def welch(first, second) -> dict:
-    """mean(second) - mean(first) with Welch's 95% interval and two-sided p (unpaired samples)."""
+    """mean(second) - mean(first) with Welch's 95% interval and two-sided p (unpaired samples); with
+    fewer than two values a side, or no spread in either, the interval and p are None (Holm counts a
+    None p as 1), never NaN."""
     x, y = list(first), list(second)
     if len(x) < 2 or len(y) < 2:
         return dict(value=None, lo=None, hi=None, n=min(len(x), len(y)), df=None, p=None)
+    value = sum(y) / len(y) - sum(x) / len(x)
+    if max(x) == min(x) and max(y) == min(y):  # no spread in either sample: no t, no interval (not NaN)
+        return dict(value=value, lo=None, hi=None, n=min(len(x), len(y)), df=None, p=None)
     test = sps.ttest_ind(y, x, equal_var=False)
     ci = test.confidence_interval(1 - ALPHA)
-    return dict(value=sum(y) / len(y) - sum(x) / len(x), lo=float(ci.low), hi=float(ci.high), n=min(len(x), len(y)),
-                df=float(test.df), p=float(test.pvalue))
+    return dict(value=value, lo=float(ci.low), hi=float(ci.high), n=min(len(x), len(y)), df=float(test.df),
+                p=float(test.pvalue))
 
 
 def doublings(first: Cell, second: Cell) -> float:

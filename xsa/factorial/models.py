@@ -53,6 +53,10 @@ X4_SEEDS = range(210, 218)  # the scale study's x4 level with both arms at both 
 W256_SEEDS = range(210, 216)
 
 
+class Degenerate(ValueError):
+    """The conditions' effects admit no fit: a condition without spread between seeds, a singular design."""
+
+
 @dataclass(frozen=True)
 class Condition(Diffs):
     """A condition: its name, log2 of each axis, its per-pair differences, whether it is held out."""
@@ -149,10 +153,28 @@ def d12_numbers(conds, names) -> dict:
 def compare(results: Path, rate: float | None = None) -> dict:
     """Every candidate's score; the chosen one (the lowest, ties listed) with its heterogeneity test,
     residuals, held-out predictions and conditional d12 number; and every candidate's d12 number, which
-    the text sets side by side where the registered table names no account."""
+    the text sets side by side where the registered table names no account. Degenerate where the
+    effects admit no fit (a condition with no spread between seeds, a singular fit), naming them."""
     every = conditions(results, rate)
     fitted = [c for c in every if not c.held_out]
+    where = "each seed's two-rate mean" if rate is None else f"matrix LR {rate:g}"
+    if flat := [c.name for c in fitted if not c.var > 0]:  # not > 0: zero, or NaN
+        raise Degenerate(f"the factorial's model comparison at {where}: {', '.join(flat)} ha"
+                         f"{'s' if len(flat) == 1 else 've'} the same effect on every seed (no spread between "
+                         "seeds), and the registered criterion weighs a condition by its variance; no training "
+                         "gives that: check those conditions' records")
+    try:
+        return _compare(every, fitted, where)
+    except np.linalg.LinAlgError as e:
+        raise Degenerate(f"the factorial's model comparison at {where}: a fit is singular ({e}) on "
+                         f"{', '.join(c.name for c in fitted)}") from None
+
+
+def _compare(every, fitted, where: str) -> dict:
     scores = {name: loco(fitted, axes) for name, axes in CANDIDATES.items()}
+    if bad := [k for k, v in scores.items() if v is not None and not math.isfinite(v)]:
+        raise Degenerate(f"the factorial's model comparison at {where}: the scores of {', '.join(bad)} are not "
+                         "finite (a fit with no residual variance)")
     valid = {k: v for k, v in scores.items() if v is not None}
     if not valid:
         return dict(conditions=[c.name for c in fitted], scores=scores, chosen=[], reason="too few conditions")

@@ -33,13 +33,13 @@ from xsa.report.estimates import Book, as_written, read_estimates, write_estimat
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
 from xsa.report.factorial import factorial_book, factorial_table
-from xsa.report.scale import scale_section
+from xsa.report.scale import scale_figures, scale_parts
 from xsa.stats import Interval
 from xsa.studies.scale import CHECKS
 from xsa.studies.registry import Contrast, Paired, Sweep, Versus, get_study
 from xsa.report.notes import left_out_note, machine_warnings
 from xsa.report.writing import pct, render, template_for
-from xsa.report.integrity import RecordError, check_records, validate
+from xsa.report.integrity import RecordError, check_records, refuse_unwhole, validate
 from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
                                 fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
 from xsa.report.records import complete, curve, load_run, load_runs, load_throughput, metric
@@ -187,15 +187,19 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
         tables["setup"] = setup_table(study, robust["study"])
         tables["runs"] = every_run_table([(study.name, every), (robust["study"].name, robust["runs"]),
                                           *robust["archived_runs"]])
-    tables["scale"], tables["scale_gates"], figures_scale = [], [], {}
+    tables["scale"], tables["scale_gates"], across = [], [], None
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
-        estimates[study.prediction], scale_tables, figures_scale = scale_section(study, results_dir, figures_dir, leave_out)
+        estimates[study.prediction], scale_tables, across = scale_parts(study, results_dir, leave_out)
         estimates["factorial"] = factorial_book(results_dir)  # the factorial study, as far as it has trained
         tables["factorial"] = factorial_table(estimates["factorial"])
         tables.update(scale_tables)
         done = [(name, load_runs(results_dir, list(estimates[study.prediction][key].runs)))  # its runs so far
                 for name, key in ((study.prediction, "runs_done"), *((c.name, f"{c.key}_runs_done") for c in CHECKS))]
         tables["runs"] = tables["runs"] + every_run_table(done)
+    # every estimate is computed and nothing is written yet: a study the text states whole that is not
+    # (a run of a final study left out, deleted or unfinished) stops the build here, not half-written
+    refuse_unwhole(study, estimates, results_dir, leave_out)
+    figures_scale = scale_figures(study, estimates[study.prediction], across, figures_dir) if study.prediction else {}
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
     tables["claims"] = claims_table(study, estimates)

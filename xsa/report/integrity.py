@@ -2,266 +2,48 @@
 The record set a paper is built from, checked before anything is written.
 
 A paper built from whatever is there changes its numbers quietly when one record is damaged (a NaN
-val bpb drops a seed, a torn metrics line moves the gap curve, a deleted folder shrinks n). So the
-paper stage first checks every run the study declares:
+val bpb drops a seed, a torn metrics line moves the gap curve, a deleted folder shrinks n, a summary
+copied from the folder beside it swaps two arms). So the paper stage first checks every run the study
+declares whole (xsa/report/run_check.py: each file against its schema, the summary against its own
+log, the folder against its config and seed, provenance, CORE and diagnostics bound to the run).
 
-- the folder is there, with config.json, summary.json and metrics.jsonl, and was trained with the
-  config the study asks for (config.json read by value), with a summary of that config (its hash);
-- summary.json says complete, trained to the horizon (steps == num_iterations), with a finite val bpb;
-- metrics.jsonl is whole (no torn last line), its steps strictly increase (no duplicates, no two runs
-  mixed in one file), every number in it is finite, and its last line is the evaluation at the
-  horizon, the val bpb the summary reports;
-- metrics.jsonl holds the evaluation of every scheduled step (0, every eval_every, the horizon): a
-  log with evaluations removed would average a curve over fewer seeds under the old n;
-- provenance.json is there and of this config;
-- config.json, every line of metrics.jsonl, summary.json, provenance.json, eval.json, diagnostics.json,
-  the throughput records, the estimates files, the archived runs' records and the archive manifest
-  each match the schema of their kind (xsa/report/schemas.py: a negative learning rate, a negative
-  loss, a negative CPU time, a p above 1, a reversed interval, an accuracy above 1, a cosine outside
-  [-1, 1]), each problem naming its field (and for metrics.jsonl its line);
-- every run the study scores has a complete CORE record (eval.json: all tasks, a finite CORE);
-- diagnostics.json (the pipeline runs diagnostics for every run) has its per-layer values;
-- eval.json and diagnostics.json are bound to the run: the run id they record (where they do), the
-  config hash of the run and the trained weights' sha256 (records written before it was recorded
-  carry none), and every number in them is finite (a record copied from another folder fails).
+Every registered study is checked the same way, by being registered (xsa/studies/registry.py:
+STUDIES; `registered_problems`): the parts of the report that read another study's records (the
+robustness table, the scale section, the factorial's estimates, any study added later) read none
+unchecked, and a new study needs no line here. Each declared run of any registered study with a
+record here is whole; a study registered final (Study.final: its text states it whole) with any
+record here has every declared run; an adaptive study's ledger lists no run without a finished
+record (xsa/report/ledger.py). A run several studies declare is checked once.
 
-The study's throughput records (one per preset it measures) are there, complete and finite; the
-GPU study's run folders, where there are any, are whole records of its declared runs (the GPU
-table reads them beside any paper). A study with a robustness table is checked with its adaptive
-study: every run that study declares is whole too (diagnostics aside: they need the weights, which
-only the machine that trained a run holds); an interim paper (`interim=True`) checks only the runs
-of that study that have a summary. An estimates file of another study the paper's text may read
+The study's throughput records (one per preset it measures) are there, complete and finite. A study
+with a robustness table is checked with its adaptive study: every run that study declares is whole
+too (diagnostics aside: they need the weights, which only the machine that trained a run holds); an
+interim paper (`interim=True`) checks only the runs of that study that have a summary. The archived
+records are the manifest's bytes. An estimates file of another study the paper's text may read
 (results/estimates/*.json, but those this build writes) must read as one.
 
-Any failure raises RecordError listing every file and what is wrong with it. A run the user leaves
-out on purpose (`leave_out`, of either study) is not checked, and the paper names it.
+Any failure raises RecordError listing every file (so every run) and what is wrong with it. A run
+the user leaves out on purpose (`leave_out`) is not checked, and the paper names it; a run left out
+of a study registered final makes its estimates not whole, which the build refuses before it writes
+anything (`unwhole_problems`): a final study's text has no interim reading.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 from xsa.archive import ARCHIVE, MANIFEST, manifest
-from xsa.stack.config import RECORD_EXTRAS, ConfigError, TrainConfig, dict_hash
-from xsa.runs.records import read_json, sha256_file
+from xsa.runs.records import sha256_file
+from xsa.studies import registry
 from xsa.studies.registry import ADAPTIVE, get_study
 from xsa.report import ledger, schemas
 from xsa.report.estimates import read_estimates
+from xsa.report.run_check import DIVERGED, diverged_problems, is_finite, non_finite, read_object, run_problems
+from xsa.report.verdicts import missing
 
 
 class RecordError(ValueError):
     """The record set cannot make a paper; the message lists each file and what is wrong."""
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _non_finite(value, where: str = "") -> str | None:
-    """The first key (dotted path) holding a NaN or infinite number, or None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return where or "value"
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, (list, tuple)):
-        items = ((str(i), v) for i, v in enumerate(value))
-    else:
-        return None
-    for k, v in items:
-        if (bad := _non_finite(v, f"{where}.{k}" if where else str(k))) is not None:
-            return bad
-    return None
-
-
-def _json(path: Path, problems: list, kind=dict):
-    if not path.exists():
-        problems.append(f"{path}: missing")
-        return None
-    try:
-        value = read_json(path)
-    except ValueError as e:  # read_json names the file
-        problems.append(str(e))
-        return None
-    if not isinstance(value, kind) or not value:
-        problems.append(f"{path}: empty or not a JSON {kind.__name__}")
-        return None
-    return value
-
-
-def metrics_problems(path: Path) -> tuple[list[dict], list[str]]:
-    """(records, problems) of a metrics.jsonl read strictly: a torn or corrupt line, a step that
-    does not increase, a non-finite number, a value its schema refuses (a negative loss, a string
-    bpb) are each a problem naming the line; an empty file is one problem."""
-    problems, records, last = [], [], None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        return [], [f"{path}: not UTF-8 text"]
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    elif lines:
-        problems.append(f"{path}:{len(lines)}: torn last line (no newline: a killed writer)")
-    if not lines:
-        problems.append(f"{path}: empty (no line: not even the evaluation at step 0)")
-    for i, line in enumerate(lines, 1):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            problems.append(f"{path}:{i}: corrupt JSON line")
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            problems.append(f"{path}:{i}: not a record with an integer step")
-            continue
-        if last is not None and rec["step"] <= last:
-            what = "repeats" if rec["step"] == last else "goes back to"
-            problems.append(f"{path}:{i}: step {rec['step']} {what} step {last} (steps must strictly increase: "
-                            "two runs in one folder, or a doubled file)")
-        if (bad := _non_finite(rec)) is not None:
-            problems.append(f"{path}:{i}: {bad} is not finite")
-        problems += schemas.problems("metrics", rec, f"{path}:{i}")
-        last = rec["step"] if last is None else max(last, rec["step"])
-        records.append(rec)
-    return records, problems
-
-
-def _schedule_problems(path: Path, records: list[dict], cfg) -> list[str]:
-    """The scheduled evaluations (step 0, every eval_every, the horizon) the log lacks."""
-    every = getattr(cfg, "eval_every", 0) or cfg.num_iterations
-    due = {0, cfg.num_iterations, *range(0, cfg.num_iterations + 1, every)}
-    logged = {r["step"] for r in records if _finite(r.get("val_bpb"))}
-    missing = sorted(due - logged)
-    if not missing:
-        return []
-    shown = ", ".join(map(str, missing[:6])) + (", ..." if len(missing) > 6 else "")
-    return [f"{path}: no evaluation at step{'s' if len(missing) > 1 else ''} {shown} (val bpb is logged at "
-            f"step 0, every {every} steps and at {cfg.num_iterations}: lines removed)"]
-
-
-def bound_problems(path: Path, run_id: str, rec: dict, recorded_run, prov, weights, hashes, trained) -> list[str]:
-    """Whether a record another stage wrote (eval.json, diagnostics.json) is of this run: the run id
-    it records (if any), its config hash (one of `hashes`: the summary's or today's config's), the
-    weights' sha256 (if recorded) against the summary's; and every number in it finite."""
-    out = []
-    if recorded_run is not None and recorded_run != run_id:
-        out.append(f"{path}: the record of run {recorded_run!r}, not of {run_id} (copied from another folder)")
-    got = (prov or {}).get("config_hash") if isinstance(prov, dict) else None
-    if got not in hashes:
-        out.append(f"{path}: config hash {got!r}, the run's is {sorted(h for h in hashes if h)[0]!r} "
-                   "(the record of another run)")
-    if weights is not None and trained is not None and weights != trained:
-        out.append(f"{path}: scored weights with sha256 {str(weights)[:16]}..., the run trained "
-                   f"{str(trained)[:16]}... (summary.json)")
-    if (bad := _non_finite(rec)) is not None:
-        out.append(f"{path}: {bad} is not finite")
-    return out
-
-
-def _bindings(run, run_dir: Path, summary, config, problems: list, scored: bool, diagnostics: bool) -> None:
-    """The checks of eval.json, diagnostics.json and provenance.json against the run."""
-    hashes = {run.config().config_hash(), (summary or {}).get("config_hash")}
-    if config is not None:
-        hashes.add(dict_hash({k: v for k, v in config.items() if k not in RECORD_EXTRAS}))
-    hashes.discard(None)
-    trained = (summary or {}).get("final_weights_sha256")
-    prov = _json(run_dir / "provenance.json", problems)
-    if prov is not None:
-        problems += schemas.problems("provenance", prov, run_dir / "provenance.json")
-        if prov.get("config_hash") not in hashes:
-            problems.append(f"{run_dir / 'provenance.json'}: config hash {prov.get('config_hash')!r} is not the run's")
-    e = run_dir / "eval.json"
-    if scored or e.exists():
-        ev = _json(e, problems)
-        if ev is not None:
-            for key in ("core_detail", "chat_detail"):
-                detail = ev.get(key)
-                if key in ev and not isinstance(detail, dict):
-                    problems.append(f"{e}: {key} is not an object")
-                elif detail is not None:
-                    problems += bound_problems(e, run.run_id, {}, detail.get("run"), detail.get("provenance"),
-                                               detail.get("weights_sha256"), hashes, trained)
-            if (bad := _non_finite(ev)) is not None:
-                problems.append(f"{e}: {bad} is not finite")
-            problems += schemas.problems("eval", ev, e)
-            if scored:
-                problems += _core_problems(e, ev)
-    d = run_dir / "diagnostics.json"
-    if not diagnostics and not d.exists():
-        return
-    diag = _json(d, problems)  # the diagnostics stage runs for every run
-    if diag is not None:
-        problems += schemas.problems("diagnostics", diag, d)  # its per-layer values among them
-        problems += bound_problems(d, run.run_id, diag, diag.get("run"), diag.get("provenance"),
-                                   diag.get("weights_sha256"), hashes, trained)
-
-
-def _core_problems(e: Path, ev: dict) -> list[str]:
-    problems = []
-    if ev.get("core_complete") is not True or ev.get("missing"):
-        problems.append(f"{e}: CORE is not complete (core_complete {ev.get('core_complete')!r}, "
-                        f"missing {ev.get('missing')!r})")
-    if not _finite(ev.get("core")) or not isinstance(ev.get("tasks"), dict) or not ev.get("tasks"):
-        problems.append(f"{e}: no finite CORE score over its tasks (core {ev.get('core')!r})")
-    if not isinstance(ev.get("core_detail"), dict) or not isinstance(ev["core_detail"].get("provenance"), dict):
-        problems.append(f"{e}: no core_detail.provenance (which run and config it scored)")
-    elif (ev["core_detail"].get("trained") or {}).get("complete") is False:
-        problems.append(f"{e}: CORE scored a model that had not reached its horizon")
-    return problems
-
-
-def _run_problems(study, run, run_dir: Path, diagnostics: bool = True) -> list[str]:
-    problems: list[str] = []
-    if not run_dir.is_dir():
-        return [f"{run_dir}: missing (the study declares run {run.run_id})"]
-    cfg = run.config()
-    config = _json(run_dir / "config.json", problems)
-    summary = _json(run_dir / "summary.json", problems)
-    metrics_path = run_dir / "metrics.jsonl"
-    if not metrics_path.exists():
-        problems.append(f"{metrics_path}: missing")
-        records = []
-    else:
-        records, bad = metrics_problems(metrics_path)
-        problems += bad
-    if summary is not None:
-        s = run_dir / "summary.json"
-        problems += schemas.problems("summary", summary, s)
-        if summary.get("complete") is not True:
-            problems.append(f"{s}: complete is {summary.get('complete')!r}, not true (stopped before its horizon)")
-        if summary.get("steps") != cfg.num_iterations or summary.get("num_iterations") != cfg.num_iterations:
-            problems.append(f"{s}: steps {summary.get('steps')!r} of {summary.get('num_iterations')!r}, "
-                            f"the horizon is {cfg.num_iterations}")
-        if not _finite(summary.get("val_bpb")):
-            problems.append(f"{s}: val_bpb is {summary.get('val_bpb')!r}, not a finite number")
-        if (bad := _non_finite(summary)) is not None and bad != "val_bpb":
-            problems.append(f"{s}: {bad} is not finite")
-    if config is not None:
-        c = run_dir / "config.json"
-        problems += schemas.problems("config", config, c)
-        try:  # by value: fields the record predates read at their defaults
-            if TrainConfig.from_dict(config, str(c)) != cfg:
-                problems.append(f"{c}: not the config of {run.run_id} (a different run in this folder)")
-        except ConfigError as e:
-            problems.append(str(e))
-        written = dict_hash({k: v for k, v in config.items() if k not in RECORD_EXTRAS})
-        if summary is not None and summary.get("config_hash") not in (None, written):
-            problems.append(f"{run_dir / 'summary.json'}: config hash {summary.get('config_hash')}, config.json "
-                            f"hashes to {written} (the summary of another run)")
-    if records and not any("torn" in p for p in problems):
-        last = records[-1]
-        if last["step"] != cfg.num_iterations or not _finite(last.get("val_bpb")):
-            problems.append(f"{metrics_path}: the last line is step {last['step']}"
-                            f"{'' if 'val_bpb' in last else ' without val_bpb'}; the run's record ends with "
-                            f"the evaluation at step {cfg.num_iterations}")
-        elif summary is not None and _finite(summary.get("val_bpb")) and summary["val_bpb"] != last["val_bpb"]:
-            problems.append(f"{metrics_path}: the val_bpb at step {last['step']} ({last['val_bpb']}) is not the "
-                            f"one summary.json reports ({summary['val_bpb']})")
-    if records and not any("torn" in p for p in problems):
-        problems += _schedule_problems(metrics_path, records, cfg)
-    _bindings(run, run_dir, summary, config, problems, study.evaluated(run), diagnostics)
-    return problems
 
 
 def throughput_problems(study, results_dir) -> list[str]:
@@ -270,17 +52,17 @@ def throughput_problems(study, results_dir) -> list[str]:
     problems: list[str] = []
     for preset in study.throughput.get("presets", []):
         path = Path(results_dir) / "throughput" / f"{preset}.json"
-        tp = _json(path, problems)
+        tp = read_object(path, problems)
         if tp is None:
             continue
         problems += schemas.problems("throughput", tp, path)
         ci = tp.get("overhead_ci95")
         if tp.get("complete") is not True:
             problems.append(f"{path}: complete is {tp.get('complete')!r}, not true (stopped before its measured steps)")
-        if not _finite(tp.get("overhead_ratio")) or not (isinstance(ci, list) and len(ci) == 2):
+        if not is_finite(tp.get("overhead_ratio")) or not (isinstance(ci, list) and len(ci) == 2):
             problems.append(f"{path}: overhead_ratio {tp.get('overhead_ratio')!r} and overhead_ci95 {ci!r} are not "
                             "a finite ratio and its interval")
-        if (bad := _non_finite(tp)) is not None:
+        if (bad := non_finite(tp)) is not None:
             problems.append(f"{path}: {bad} is not finite")
     return problems
 
@@ -305,16 +87,6 @@ def archive_problems(study, results_dir) -> list[str]:
         problems += [f"{d}: not a run of the archive of {a.commit}" for d in sorted((root / "runs").glob("*"))
                      if d.name not in runs]
     return problems
-
-
-def gpu_problems(study, results_dir) -> list[str]:
-    """The GPU study's run folders that are here (the GPU table reads them beside any study's paper):
-    each must be the whole record of its declared run."""
-    if study.name == "gpu":
-        return []
-    gpu, root = get_study("gpu"), Path(results_dir) / "runs"
-    return [p for run in gpu.runs if (root / run.run_id).exists()
-            for p in _run_problems(gpu, run, root / run.run_id, diagnostics=False)]
 
 
 def estimates_problems(study, results_dir) -> list[str]:
@@ -366,9 +138,39 @@ def known_runs(study, results_dir) -> set[str]:
     return {r.run_id for s in read_studies(study, results_dir) for r in s.runs} | listed
 
 
+def registered_problems(results_dir, leave_out=(), checked=(), interim_study: str = "") -> list[str]:
+    """Every problem of the records of every registered study (registry.STUDIES, read when called: a
+    study is checked by being registered), the runs in leave_out aside and those in `checked` (the
+    paper's own study's and its robustness study's, checked already with more) not checked twice:
+    each declared run with a record (a summary.json) is whole (run_check.py), and a divergence record
+    (diverged.json, a final record without a summary) is of its run; a study registered final
+    with any record here has every declared run (a results folder with none of its records, a smoke
+    study's, does not carry it; `interim_study` may still be training); each study's ledger, where it
+    has one, lists no run without a finished record. A run several studies declare is checked once."""
+    root, leave_out, checked = Path(results_dir) / "runs", set(leave_out or ()), set(checked)
+    seen, problems = checked | leave_out, []
+    for name in registry.STUDIES:
+        study = get_study(name, results_dir)
+        runs = [r for r in study.runs if r.run_id not in leave_out]
+        present = {r.run_id for r in runs if (root / r.run_id / "summary.json").is_file()}
+        diverged = {r.run_id for r in runs if r.run_id not in present and (root / r.run_id / DIVERGED).is_file()}
+        if study.final and present and name != interim_study:
+            problems += [f"{root / r.run_id}: no summary.json (the study {name!r}, registered final, declares run "
+                         f"{r.run_id}: a deleted or unfinished record)" for r in runs
+                         if r.run_id not in present | diverged | checked]
+        for run in runs:
+            if run.run_id in present | diverged and run.run_id not in seen:
+                seen.add(run.run_id)
+                problems += (run_problems(study, run, root / run.run_id, diagnostics=False) if run.run_id in present
+                             else diverged_problems(run, root / run.run_id))
+        problems += ledger.problems([study], results_dir, leave_out)
+    return problems
+
+
 def check_records(study, results_dir, leave_out=(), interim: bool = False) -> list[str]:
     """Every problem of the study's record set under results_dir/runs, and of its robustness study's
-    (every declared run, or with `interim` those that have a summary), the runs in leave_out aside."""
+    (every declared run, or with `interim` those that have a summary), and of every registered
+    study's records (registered_problems), the runs in leave_out aside."""
     leave_out = set(leave_out or ())
     checked = studies_checked(study, results_dir)
     problems = [f"leave_out: {r!r} is not a run of the study {study.name!r}" + other_studies(study)
@@ -376,16 +178,17 @@ def check_records(study, results_dir, leave_out=(), interim: bool = False) -> li
     root = Path(results_dir) / "runs"
     for run in study.runs:
         if run.run_id not in leave_out:
-            problems += _run_problems(study, run, root / run.run_id)
+            problems += run_problems(study, run, root / run.run_id)
     for other in checked[1:]:
         runs = [r for r in other.runs if r.run_id not in leave_out]
         if interim:
             runs = [r for r in runs if (root / r.run_id / "summary.json").exists()]
         for run in runs:
-            problems += _run_problems(other, run, root / run.run_id, diagnostics=False)
+            problems += run_problems(other, run, root / run.run_id, diagnostics=False)
+    ids = {r.run_id for s in checked for r in s.runs}
     return (problems + throughput_problems(study, results_dir) + archive_problems(study, results_dir)
-            + gpu_problems(study, results_dir) + estimates_problems(study, results_dir)
-            + ledger.problems(bound(study, results_dir), results_dir, leave_out))
+            + estimates_problems(study, results_dir)
+            + registered_problems(results_dir, leave_out, ids, study.robustness if interim else ""))
 
 
 def check_present(study, results_dir, leave_out=()) -> list[str]:
@@ -395,7 +198,7 @@ def check_present(study, results_dir, leave_out=()) -> list[str]:
     root = Path(results_dir) / "runs"
     return [p for run in study.runs if run.run_id not in set(leave_out or ())
             and (root / run.run_id / "summary.json").exists()
-            for p in _run_problems(study, run, root / run.run_id, diagnostics=False)]
+            for p in run_problems(study, run, root / run.run_id, diagnostics=False)]
 
 
 def validate(study, results_dir, leave_out=(), interim: bool = False) -> list[str]:
@@ -414,3 +217,35 @@ def validate(study, results_dir, leave_out=(), interim: bool = False) -> list[st
     for run_id in left:
         print(f"records: {run_id} is left out by choice (--leave-out); the paper says so", flush=True)
     return left
+
+
+def _few(ids: list[str], most: int = 12) -> str:
+    return ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def unwhole_problems(estimates: dict, results_dir, leave_out=()) -> list[str]:
+    """The studies among `estimates` ({study: {key: Estimate}}, what a build is about to write) that
+    are registered final (the fact `final`) but whose estimates are not whole (verdicts.missing): the
+    text states such a study whole and would stop, so the build stops first, before it writes
+    anything, naming what the study lacks and its declared runs without a finished record (a run left
+    out by choice among them: a final study has no interim reading to leave it out of)."""
+    out, leave_out = [], set(leave_out or ())
+    for name, est in estimates.items():
+        flag = est.get("final")
+        if flag is None or not flag.value or not (lacking := missing(est)):
+            continue
+        runs = (get_study(name, results_dir).runs if name in registry.STUDIES else ())
+        gone = [r.run_id + (" (left out)" if r.run_id in leave_out else "") for r in runs
+                if r.run_id in leave_out or not ledger.finished(results_dir, r.run_id)]
+        out.append(f"study {name!r} is registered final (its text states it whole, with no interim reading), but "
+                   f"its estimates lack: {'; '.join(lacking)}" + (f"; its runs without a record: {_few(gone)}"
+                                                                  if gone else ""))
+    return out
+
+
+def refuse_unwhole(study, estimates: dict, results_dir, leave_out=()) -> None:
+    """Raise RecordError, before anything is written, where unwhole_problems finds any."""
+    if problems := unwhole_problems(estimates, results_dir, leave_out):
+        raise RecordError(f"the estimates of study {study.name!r} cannot make its paper ({len(problems)} problem"
+                          f"{'s' if len(problems) > 1 else ''}; nothing was written):\n  " + "\n  ".join(problems)
+                          + "\nrepair or retrain those runs; a run of a final study cannot be left out")

@@ -13,6 +13,7 @@ records, so an interim report says so; a level whose rule has not declared it ye
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from xsa.studies.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, 
 from xsa.stack.presets import make_config, scaling_params
 from xsa.runs.records import read_json, records_without
 from xsa.report.crossscale import cross_scale_rows, cross_scale_table, fig_cross_scale
-from xsa.report.estimates import Estimate, fact, per_seed_slopes, slug
+from xsa.report.estimates import Estimate, as_dict, fact, per_seed_slopes, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
 from xsa.report.scale_check import check_book, check_conditions, keys as check_keys
@@ -170,6 +171,12 @@ def scale_estimates(results: Path) -> dict:
     return est
 
 
+def _log2(x: float) -> float:
+    """log2 to 12 decimals: a libm's last bit differs between CPUs (numpy's vector log on AVX-512 and
+    AVX2 among them), and a figure drawn from it would differ by a few pixels from host to host."""
+    return round(math.log2(x), 12)
+
+
 def _axis(ax, points, line, fixed, xlabel, seed_effect, xlim):
     """One panel: the levels (x, Estimate) with their intervals, the fitted line along one axis (the
     others fixed; `line` its intercept and slopes, None before the model can fit), the seed paper's d12
@@ -179,11 +186,10 @@ def _axis(ax, points, line, fixed, xlabel, seed_effect, xlim):
             err = None if e.lo is None else [[e.value - e.lo], [e.hi - e.value]]
             ax.errorbar(x, 100 * e.value, yerr=None if err is None else 100 * np.array(err), fmt="o",
                         color="C0", ms=4.5, capsize=2.5, lw=1.1)
-    if line:
-        xs = np.geomspace(*xlim)
+    if line:  # straight on a log axis: its two ends, from the estimates as written and fixed logarithms
         b0, b1, b2 = line
-        ys = [b0 + b1 * math.log2(fixed(x)[0]) + b2 * math.log2(fixed(x)[1]) for x in xs]
-        ax.plot(xs, 100 * np.array(ys), color="C0", lw=0.9, alpha=0.6, label="model (other axes fixed)")
+        ys = [b0 + b1 * _log2(fixed(x)[0]) + b2 * _log2(fixed(x)[1]) for x in xlim]
+        ax.plot(list(xlim), [100 * y for y in ys], color="C0", lw=0.9, alpha=0.6, label="model (other axes fixed)")
     ax.axhline(100 * seed_effect, color="C3", ls="--", lw=0.9, label="seed paper, d12 (one run)")
     ax.axhline(0, color="0.5", lw=0.6)
     ax.set_xscale("log", base=2)
@@ -387,13 +393,12 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
     return rows
 
 
-def scale_section(study, results_dir, figures_dir, leave_out=()):
-    """The study's prediction study (scale): its estimates, its tables (the levels, and the learned
-    gate per layer and head, the cross-scale rows) and its figures (the scale figure None before its
-    model can fit; the cross-scale figure, xsa/report/crossscale.py). Its finished records are
-    checked whole first; runs still training or not declared yet are its interim state, which the table
-    and the text say. The runs in leave_out are analysed as never trained: the study's rules may then
-    declare them again, and their levels say interim."""
+def scale_parts(study, results_dir, leave_out=()):
+    """The study's prediction study (scale): its estimates (a book), its tables (the levels, and the learned
+    gate per layer and head, the cross-scale rows) and the cross-scale rows its figure draws, computed
+    and written nowhere. Its finished records are checked whole first; runs still training or not
+    declared yet are its interim state, which the table and the text say. The runs in leave_out are
+    analysed as never trained: the study's rules may then declare them again, and their levels say interim."""
     results_dir = Path(results_dir)
     with records_without(results_dir, leave_out) as view:
         scale = get_study(study.prediction, view)
@@ -408,6 +413,31 @@ def scale_section(study, results_dir, figures_dir, leave_out=()):
         book = scale_book(view, est)
         table = scale_table(book, view)
         across = cross_scale_rows(book, scale)  # this study's levels beside the published results
-    figures = {"scale": fig_scale(book, figures_dir, study.seed_effect(study.primary), "scale")
-               if "fit_intercept" in book else None, "cross_scale": fig_cross_scale(across, figures_dir)}
-    return book, {"scale": table, "scale_gates": gate_table(est), "cross_scale": cross_scale_table(across)}, figures
+    return book, {"scale": table, "scale_gates": gate_table(est), "cross_scale": cross_scale_table(across)}, across
+
+
+def scale_figures(study, book, across, figures_dir) -> dict:
+    """The scale figure (None before its model can fit) and the cross-scale figure (xsa/report/crossscale.py),
+    drawn from the numbers as the estimates file holds them (10 decimals, read back as plain floats), not
+    from this machine's last bits of the fit (its LAPACK and libm differ between CPUs): the same pixels
+    on any host."""
+    book, across = as_read(book), [_fixed(r) for r in across]
+    return {"scale": fig_scale(book, figures_dir, study.seed_effect(study.primary), "scale")
+            if "fit_intercept" in book else None, "cross_scale": fig_cross_scale(across, figures_dir)}
+
+
+def as_read(book: dict) -> dict:
+    """The estimates as read_estimates reads them back from the file write_estimates writes."""
+    rows = json.loads(json.dumps([as_dict(e) for e in book.values()]))
+    return {k: Estimate(**{**r, "runs": tuple(r["runs"])}) for k, r in zip(book, rows)}
+
+
+def _fixed(row: dict) -> dict:
+    """A figure row with its numbers to 10 decimals, as plain floats (as the estimates file holds them)."""
+    return {k: round(float(v), 10) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def scale_section(study, results_dir, figures_dir, leave_out=()):
+    """scale_parts with its figures drawn: (book, tables, figures)."""
+    book, tables, across = scale_parts(study, results_dir, leave_out)
+    return book, tables, scale_figures(study, book, across, figures_dir)

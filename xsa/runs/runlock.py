@@ -125,8 +125,8 @@ def hold_folder(run_dir) -> None:
             fd = _lock_folder(key, shared, run_dir, lock_path(run_dir))
             if fd is not None:
                 fds.append(fd)
-        if not shared:  # the one writer now: a temporary file here is a killed atomic write's
-            for tmp in run_dir.glob(".*.tmp"):
+        if not shared:  # the one writer now: a temporary file here (ckpt/ and sft/ included) is a killed atomic write's
+            for tmp in run_dir.rglob(".*.tmp"):
                 tmp.unlink(missing_ok=True)
 
 

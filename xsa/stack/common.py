@@ -76,8 +76,10 @@ def print0(*args, **kwargs):
 
 
 def cache_dir() -> "Path":
-    """Root of everything downloaded or built (data, tokenizers, eval bundle): $XSA_CACHE or ~/.cache/xsa."""
-    return Path(os.environ.get("XSA_CACHE", Path.home() / ".cache" / "xsa")).expanduser()
+    """Root of everything downloaded or built (data, tokenizers, eval bundle): $XSA_CACHE or ~/.cache/xsa.
+    An empty XSA_CACHE (`XSA_CACHE= make ...`) is unset, as the shell means it: Path("") would be the
+    working directory, and the cache would be built into the checkout."""
+    return Path(os.environ.get("XSA_CACHE") or Path.home() / ".cache" / "xsa").expanduser()
 
 
 # -----------------------------------------------------------------------------
