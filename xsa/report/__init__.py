@@ -33,6 +33,7 @@ from xsa.report.estimates import Book, as_written, read_estimates, write_estimat
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
 from xsa.report.factorial import factorial_book, factorial_table
+from xsa.report.paper_estimates import extrapolation_table, factorial_extra, unlisted_runs, with_sds
 from xsa.report.scale import scale_figures, scale_parts
 from xsa.stats import Interval
 from xsa.studies.scale import CHECKS
@@ -191,11 +192,13 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
         estimates[study.prediction], scale_tables, across = scale_parts(study, results_dir, leave_out)
         estimates["factorial"] = factorial_book(results_dir)  # the factorial study, as far as it has trained
-        tables["factorial"] = factorial_table(estimates["factorial"])
+        estimates["factorial"].update(factorial_extra(results_dir))  # its post hoc readings (paper_estimates.py)
+        tables["factorial"] = with_sds(factorial_table(estimates["factorial"]), estimates["factorial"])
         tables.update(scale_tables)
         done = [(name, load_runs(results_dir, list(estimates[study.prediction][key].runs)))  # its runs so far
                 for name, key in ((study.prediction, "runs_done"), *((c.name, f"{c.key}_runs_done") for c in CHECKS))]
         tables["runs"] = tables["runs"] + every_run_table(done)
+        tables["runs"] = tables["runs"] + unlisted_runs(results_dir, tables["runs"])  # every other run folder
     # every estimate is computed and nothing is written yet: a study the text states whole that is not
     # (a run of a final study left out, deleted or unfinished) stops the build here, not half-written
     refuse_unwhole(study, estimates, results_dir, leave_out)
@@ -203,6 +206,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
     tables["claims"] = claims_table(study, estimates)
+    tables["extrapolations"] = extrapolation_table(estimates)  # every d12 and d24 number, conditional
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
     figures = draw_figures(study, runs, estimates[study.name], tables, figures_dir, main_arms, bool(robust),

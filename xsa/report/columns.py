@@ -125,6 +125,11 @@ COLUMNS = {
     "variance_ratio_ci95": Column("95% CI", digits=2),
     "spiky_base": Column("spiky baseline runs"),
     "spiky_xsa": Column("spiky XSA runs"),
+    "sd_base": Column("SD baseline", digits=4),
+    "sd_xsa": Column("SD XSA", digits=4),
+    "extrapolation": Column("model"),
+    "at": Column("at", whole=True),
+    "fitted_on": Column("fitted on"),
 }
 # the columns each table shows in the paper (the main table's: display)
 DISPLAY = {
@@ -146,8 +151,9 @@ DISPLAY = {
     "lr_selection": ["grid", "preset", "matrix_lr", "n", "val_bpb", "selected"],
     "scale": ["level", "n", "declared", "rel", "rel_ci95", "p_holm", "status", "first_record"],
     "scale_gates": ["level", "layer", "head", "n", "value", "ci"],
-    "factorial": ["cell", "matrix_lr", "steps", "tokens_per_param", "n", "declared", "rel", "rel_ci95", "steps_multiple",
-                  "steps_multiple_ci95", "variance_ratio", "spiky_base", "spiky_xsa"],
+    "extrapolations": ["extrapolation", "at", "fitted_on", "rel", "rel_ci95"],
+    "factorial": ["cell", "matrix_lr", "steps", "tokens_per_param", "n", "rel", "rel_ci95", "steps_multiple",
+                  "steps_multiple_ci95", "sd_base", "sd_xsa", "variance_ratio", "spiky_base", "spiky_xsa"],
 }
 # a sweep's or an ablation's table (arms_table): the arms and their paired change in val bpb
 DISPLAY_ARMS = ["arm", "n", "val_bpb", "val_bpb_ci95", "d_val_bpb_vs_base", "d_ci95", "rel_vs_base", "rel_ci95"]
