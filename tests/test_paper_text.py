@@ -139,9 +139,20 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     # the scale study is final (every declared run recorded; tests/test_verdicts.py): its section states the
     # model's d12 number whole, with no interim reading
     assert "4. Scale: what CPU scale says about d12" in text
-    assert "does not fit its own\ndata" in text and "not as a prediction" in text  # the registered model fails its heterogeneity test
+    assert "does not fit its own\ndata" in text  # the registered model fails its heterogeneity test
     assert book.scale.model_fit.verdict == "fails" and book.scale.final.value == 1
-    assert "puts the change in final validation bits per" in text
+    # every d12 or d24 number sits in the appendix's table of registered conditional extrapolations: the main text
+    # (to the references) prints none of them, and says why CPU data cannot determine d12
+    main = text.split("## References")[0]
+    from xsa.report.writing import est as stated
+    numbers = [stated(book.scale[k], False) for k in ("prediction_d12", "prediction_d24", "check_prediction_d12")]
+    numbers += [stated(e, False) for k, e in book.factorial.est.items() if k.startswith("d12_conditional")]
+    assert [n for n in numbers if n in main] == []
+    assert "CPU data cannot determine d12" in main and "not a prediction" in main
+    assert "Registered conditional extrapolations, not predictions" in text
+    # no size set against the seed paper's across scales, and the title says what was tested
+    assert "understated" not in text and "larger than its single" not in text and "nanochat's loss" not in text
+    assert "models built from nanochat's code at CPU scale" in text.splitlines()[0]
     assert "an interim reading" not in text and "interim fit" not in text and "The study is in progress" not in text
     # the prose outside {{ ... }} and {# ... #}, before the references: no decimal and no percentage typed in
 
@@ -151,6 +162,20 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     typed = re.findall(r"(?<![\w.§])[-+±]?\d+(?:\.\d+)?%|(?<![\w.:§])\d+\.\d+(?![\w.])", prose)
     typed = [t for t in typed if t not in ("95%", "5%")]  # the interval's level and Holm's family-wise rate
     assert typed == [], f"numbers typed into the prose: {typed}"
+
+
+def test_the_run_table_lists_every_run_folder():
+    """results/tables/runs.csv lists every run folder under results/runs that git holds (the factorial's
+    included), each once."""
+    import csv
+    import subprocess
+    tracked = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "results/runs/*/summary.json"],
+                             capture_output=True, text=True).stdout.split()
+    folders = {p.split("/")[2] for p in tracked} or {d.name for d in (REPO_ROOT / "results" / "runs").iterdir()
+                                                      if (d / "summary.json").exists()}
+    listed = [r["run"] for r in csv.DictReader((REPO_ROOT / "results" / "tables" / "runs.csv").open())]
+    assert len(listed) == len(set(listed)), "a run listed twice"
+    assert sorted(folders - set(listed)) == []
 
 
 def test_the_readme_states_the_answer_as_the_estimates_file_has_it():
