@@ -273,23 +273,53 @@ def test_a_metric_column_of_the_paper_has_its_header_and_its_format():
 
 
 PDF = REPO_ROOT / "paper" / "paper.pdf"
+needs_pdf = pytest.mark.skipif(not (__import__("shutil").which("pdftoppm") and __import__("shutil").which("pdftotext")
+                                    and PDF.exists()), reason="needs poppler-utils (pdftoppm, pdftotext) and paper/paper.pdf")
 
 
-@pytest.mark.skipif(not (__import__("shutil").which("pdftoppm") and __import__("shutil").which("pdftotext")
-                         and PDF.exists()), reason="needs poppler-utils (pdftoppm, pdftotext) and paper/paper.pdf")
+def _pages() -> int:
+    import subprocess
+    return int(re.search(r"Pages:\s+(\d+)", subprocess.run(["pdfinfo", str(PDF)], capture_output=True,
+                                                           text=True).stdout).group(1))
+
+
 def _page_text(pages: int) -> list[str]:
     import subprocess
     return [subprocess.run(["pdftotext", "-f", str(i), "-l", str(i), "-layout", str(PDF), "-"], capture_output=True,
                            text=True).stdout for i in range(1, pages + 1)]
 
 
-def test_the_pdf_reads_as_a_paper(tmp_path):
-    """The committed PDF: its title is the paper's; the main text (to the references) is at most 8 pages and
-    the whole at most 14; no page is more than 40% blank (the longest run of empty rows in the printable
-    area); every main-text page but the last carries ink to at least 70% of its height (a float that moved
-    on leaves no hole); the last page is not an orphan."""
+def _lines(pdf=PDF) -> list[list[tuple[float, float, str]]]:
+    """Each page's lines of text as (top, height, text), top to bottom."""
+    import subprocess
+    from xml.etree import ElementTree as ET
+    xml = subprocess.run(["pdftotext", "-bbox-layout", str(pdf), "-"], capture_output=True, text=True).stdout
+    root = ET.fromstring(re.sub(r'xmlns="[^"]+"', "", xml))
+    return [sorted((float(ln.get("yMin")), float(ln.get("yMax")) - float(ln.get("yMin")),
+                    " ".join(w.text for w in ln.iter("word"))) for ln in page.iter("line")) for page in root.iter("page")]
+
+
+def _ink_rows(tmp_path) -> list[tuple[np.ndarray, int]]:
+    """Each page's printable area (A4, 14 mm margins top and bottom) at 50 dpi: which pixel rows carry ink,
+    and the page's height in rows."""
     import subprocess
     from PIL import Image
+    subprocess.run(["pdftoppm", "-png", "-r", "50", str(PDF), str(tmp_path / "pg")], check=True)
+    out = []
+    for f in sorted(tmp_path.glob("pg-*.png")):
+        a = np.asarray(Image.open(f).convert("L"))
+        top, bottom = int(a.shape[0] * 14 / 297), int(a.shape[0] * 283 / 297)
+        out.append(((a[top:bottom] < 180).any(axis=1), a.shape[0]))
+    return out
+
+
+@needs_pdf
+def test_the_pdf_reads_as_a_paper(tmp_path):
+    """The committed PDF: its title is the paper's; the main text (to the references) is at most 8 pages and
+    the whole at most 16; no page is more than 40% blank (the longest run of empty rows in the printable
+    area); no page but the last of the main text and the last of all has more than 15% of its printable
+    height empty at its foot (a figure or table that moved on leaves no hole); the last page is not an orphan."""
+    import subprocess
     info = subprocess.run(["pdfinfo", str(PDF)], capture_output=True, text=True).stdout
     assert "Title:           Exclusive Self-Attention under Muon" in info
     pages = int(re.search(r"Pages:\s+(\d+)", info).group(1))
@@ -297,25 +327,66 @@ def test_the_pdf_reads_as_a_paper(tmp_path):
     text = _page_text(pages)
     references = next(i for i, t in enumerate(text) if re.search(r"^\s*References\s*$", t, re.M))
     assert references + 1 <= 8, f"the main text runs to page {references + 1}"
-    subprocess.run(["pdftoppm", "-png", "-r", "50", str(PDF), str(tmp_path / "pg")], check=True)
-    for i, f in enumerate(sorted(tmp_path.glob("pg-*.png"))):
-        a = np.asarray(Image.open(f).convert("L"))
-        top, bottom = int(a.shape[0] * 14 / 297), int(a.shape[0] * 283 / 297)
-        rows = (a[top:bottom] < 180).any(axis=1)
+    # the main text's last page: the references' own, unless they open it
+    opens = not text[references].split("References")[0].strip()
+    main_last = references - 1 if opens else references
+    for i, (rows, _) in enumerate(_ink_rows(tmp_path)):
         run = longest = 0
         for dark in rows:
             run = 0 if dark else run + 1
             longest = max(longest, run)
-        blank = longest / (bottom - top)
         if i + 1 < pages:
-            assert blank <= 0.40, f"page {i + 1} is {blank:.0%} blank"
+            assert longest / len(rows) <= 0.40, f"page {i + 1} is {longest / len(rows):.0%} blank"
         else:
             assert rows.mean() > 0.1, f"the last page holds almost nothing ({rows.mean():.0%} of its rows)"
-        if i < references:
-            ink_end = (top + np.flatnonzero(rows)[-1]) / a.shape[0]
-            assert ink_end >= 0.70, f"page {i + 1}'s ink ends at {ink_end:.0%} of its height"
+        foot = (len(rows) - 1 - np.flatnonzero(rows)[-1]) / len(rows)
+        if i not in (main_last, pages - 1):
+            assert foot <= 0.15, f"page {i + 1}: {foot:.0%} of its height empty at its foot"
 
 
+@needs_pdf
+def test_every_caption_is_on_its_table_or_figures_page():
+    """A table's caption is above it and never ends a page without it (a block of the table follows the
+    caption on its page); a figure's caption is on a page that holds at least as many images as captions."""
+    import subprocess
+    pages = _lines()
+    stranded = []
+    for i, lines in enumerate(pages):
+        for j, (_, height, text) in enumerate(lines):
+            # a table's rows are set smaller than the caption's text: one of them follows it on its page
+            if re.match(r"Table A?\d+\. ", text) and not any(h < 0.9 * height for _, h, _ in lines[j + 1:]):
+                stranded.append(f"page {i + 1}: {text[:40]}")
+    assert stranded == [], f"table captions apart from their tables: {stranded}"
+    listed = subprocess.run(["pdfimages", "-list", str(PDF)], capture_output=True, text=True).stdout.splitlines()[2:]
+    images = [int(line.split()[0]) for line in listed if line.split()[2] == "image"]
+    captions = [i + 1 for i, lines in enumerate(pages) for _, _, t in lines if re.match(r"Figure A?\d+\. ", t)]
+    assert captions, "no figure caption found"
+    apart = [p for p in set(captions) if images.count(p) < captions.count(p)]
+    assert apart == [], f"pages with a figure's caption and not its figure: {apart}"
+
+
+@needs_pdf
+def test_no_path_is_broken_across_lines():
+    """Every path, file or command the paper sets in code font is printed whole on one line."""
+    spans = set(re.findall(r"`([^`\n]*[/.][^`\n]*)`", (REPO_ROOT / "paper" / "paper.md").read_text()))
+    spans = {s for s in spans if "/" in s or re.search(r"\.(md|csv|json|py)$", s)}
+    assert len(spans) >= 5, spans
+    lines = [ln.replace("\u2011", "-") for t in _page_text(_pages()) for ln in t.splitlines()]
+    broken = sorted(s for s in spans if not any(s in ln for ln in lines))
+    assert broken == [], f"paths broken across lines: {broken}"
+
+
+def test_figure_titles_typeset_their_math():
+    """Panel titles with a subscript or a relation are matplotlib mathtext ($...$), never ASCII (y_i, i != j)."""
+    from xsa.diagnostics import METRIC_LABELS
+    from xsa.report.figures import DIAG_TITLES
+    for title in [*DIAG_TITLES.values(), *METRIC_LABELS.values()]:
+        outside = re.sub(r"\$[^$]*\$", "", title)
+        assert "_" not in outside and "!=" not in outside and "^" not in outside, title
+    assert all("$" in DIAG_TITLES[k] for k in ("cos_y_v", "diag_mass", "first_mass", "cos_v_v"))
+
+
+@needs_pdf
 def test_each_appendix_table_has_its_own_caption_and_space():
     """Every appendix table's caption stands apart from whatever precedes it (the last table's rows ran
     into the next caption, 2 pt apart): at least 10 pt of white above it on its page."""
@@ -337,11 +408,14 @@ def test_each_appendix_table_has_its_own_caption_and_space():
     assert all(g >= 10 for g in gaps.values()), gaps
 
 
+@needs_pdf
 def test_the_paper_has_no_stray_markup():
     """A line of prose that starts with ':' becomes a definition list in Markdown (the conclusion once
     did): the exported paper holds none, and no raw Jinja or Markdown marker leaks into it."""
     html = (REPO_ROOT / "paper" / "paper.html").read_text()
     assert "<dl>" not in html and "{{" not in html and "{%" not in html
+    # one level-1 heading, the title: a line of prose that starts with '#' (an issue number) is none
+    assert html.count("<h1") == 1, re.findall(r"<h1[^>]*>(.{0,60})", html)
     text = "\n".join(_page_text(int(re.search(r"Pages:\s+(\d+)", __import__("subprocess").run(
         ["pdfinfo", str(PDF)], capture_output=True, text=True).stdout).group(1))))
     assert "**" not in text and "a_ii" not in text

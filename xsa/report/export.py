@@ -17,6 +17,7 @@ date of the newest run record (or $SOURCE_DATE_EPOCH), not the time of the build
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import os
@@ -145,6 +146,37 @@ def pdf_engine() -> str | None:
     return None
 
 
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else value or ""
+
+
+def figures_with_captions(nb):
+    """A copy of the notebook for the HTML in which each figure and the caption shown after it
+    ("**Figure N.** ...") are one output, an HTML <figure> (the image embedded, its displayed width kept):
+    the print then moves a figure with its caption, as one float, to the next page where it does not fit."""
+    import nbformat  # lazy: start-up time
+    from nbconvert.filters import markdown2html  # lazy: start-up time
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        outs, merged, i = cell.get("outputs", []), [], 0
+        while i < len(outs):
+            data = outs[i].get("data", {})
+            caption = _text(outs[i + 1].get("data", {}).get("text/markdown")) if i + 1 < len(outs) else ""
+            if "image/png" in data and caption.lstrip().startswith("**Figure"):
+                width = outs[i].get("metadata", {}).get("image/png", {}).get("width")
+                img = (f'<img src="data:image/png;base64,{_text(data["image/png"]).strip()}"'
+                       + (f' width="{width}"' if width else "") + ' alt="">')
+                html = f'<figure class="paper-figure">{img}<figcaption>{markdown2html(caption)}</figcaption></figure>'
+                merged.append(nbformat.v4.new_output("display_data", data={"text/html": html}))
+                i += 2
+            else:
+                merged.append(outs[i])
+                i += 1
+        if outs:
+            cell.outputs = merged
+    return nb
+
+
 def export_paper(executed: Path, paper_dir: Path, run_ids=None) -> dict:
     """paper.html (self-contained: figures embedded, math as MathML), paper.md (figures in
     paper_files/, math as TeX), and paper.pdf where an engine exists; where none does, an older
@@ -157,7 +189,7 @@ def export_paper(executed: Path, paper_dir: Path, run_ids=None) -> dict:
     opts = dict(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     meta = {"metadata": {"name": paper_title(nb)}}  # the HTML's <title>, which the PDF keeps as its title
     html, _ = HTMLExporter(embed_images=True, template_name="paper", extra_template_basedirs=[str(TEMPLATES)],
-                           **opts).from_notebook_node(nb, resources=meta)
+                           **opts).from_notebook_node(figures_with_captions(nb), resources=meta)
     atomic_write_text(paper_dir / "paper.html", html_with_mathml(html))
     md, res = MarkdownExporter(**opts).from_notebook_node(nb, resources={"output_files_dir": "paper_files"})
     atomic_write_text(paper_dir / "paper.md", md)

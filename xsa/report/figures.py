@@ -232,36 +232,32 @@ def fig_forest(rows: list[dict], out_dir, name: str, title: str, lines: dict | N
     return save_figure(fig, out_dir, name)
 
 
-DIAG_TITLES = {"cos_y_v": "cos(y_i, v_i) before the projection", "cos_z_v": "cos(z_i, v_i) after it",
-               "diag_mass": "diagonal mass a_ii", "first_mass": "first-token mass a_i0",
-               "entropy": "attention entropy (nats)", "cos_v_v": "cos(v_i, v_j), i != j"}
+# panel titles in matplotlib's mathtext: subscripts and relations typeset, never ASCII (y_i, !=)
+DIAG_TITLES = {"cos_y_v": r"$\cos(y_i, v_i)$ before XSA", "cos_z_v": r"$\cos(z_i, v_i)$ after XSA",
+               "diag_mass": r"diagonal mass $a_{ii}$", "first_mass": r"first-token mass $a_{i0}$",
+               "entropy": "entropy (nats)", "cos_v_v": r"$\cos(v_i, v_j)$, $i \neq j$"}
 
 
 def fig_diag_effects(rows: list[dict], keys, out_dir, name: str):
     """Per layer, XSA minus baseline in each diagnostics metric (paired by seed, 95% CI), one
-    panel per metric, one series per comparison."""
+    panel per metric in one row, one series per comparison, the legend beneath."""
     rows = [r for r in rows if r.get("d") is not None]
     if not rows:
         return None
     comparisons = list(dict.fromkeys(r["comparison"] for r in rows))
-    ncols = 3
-    nrows = -(-len(keys) // ncols)
-    fig, axes = new_figure(nrows=nrows, ncols=ncols, figsize=(FULL, 2.0 * nrows + 0.3))
-    flat = [ax for row in axes for ax in row]
+    fig, axes = new_figure(ncols=len(keys), figsize=(FULL, 2.0))
+    flat = axes[0]
+    layers = sorted({r["layer"] for r in rows})
     for ax, k in zip(flat, keys):
         for j, c in enumerate(comparisons):
             pts = [r for r in rows if r["metric"] == k and r["comparison"] == c]
             for r in pts:
-                _point(ax, r["layer"] + 0.15 * j, r["d"], r["d_ci95"], r["n"], f"C{j}", ms=3.5,
+                _point(ax, r["layer"] + 0.15 * j, r["d"], r["d_ci95"], r["n"], f"C{j}", ms=3,
                        label=f"{c} (n = {r['n']})" if r is pts[0] else None)
         ax.axhline(0, color="gray", lw=0.8)
         ax.set(title=DIAG_TITLES.get(k, k), xlabel="layer")
-        layers = sorted({r["layer"] for r in rows})
         ax.set_xticks(layers)
-    for row in axes:
-        row[0].set_ylabel("XSA - baseline")
+    flat[0].set_ylabel("XSA - baseline")
     handles, labels = flat[0].get_legend_handles_labels()
-    for ax in flat[len(keys):]:
-        ax.axis("off")
-    (flat[len(keys)] if len(flat) > len(keys) else flat[0]).legend(handles, labels, loc="center")
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels))
     return save_figure(fig, out_dir, name)

@@ -165,8 +165,8 @@ class Paper:
     def figure(self, name: str, caption: str) -> str:
         if not self.figures.get(name):
             raise KeyError(f"figure({name!r}): the build drew no such figure (no records?)")
-        self.shown.append(f"fig:{name}")
-        return f"\n@@figure {name}@@\n\n**{self.number('fig:' + name)}.** {caption}\n"
+        self.shown.append(f"fig:{name}")  # its caption its own block: the figure and caption move as one
+        return f"\n@@figure {name}@@\n@@block@@\n**{self.number('fig:' + name)}.** {caption}\n@@block@@\n"
 
     def table(self, name: str, caption: str, **kw) -> str:
         self.shown.append(f"tab:{name}")  # its own block: a table with its caption stays on one page
