@@ -161,13 +161,61 @@ def test_the_registration_is_written_once(tmp_path):
 
 def test_the_d12_rule_can_reject_the_cpu_statement_either_way():
     from xsa.factorial.d12 import verdict
-    cpu = (-0.03, -0.004)  # its central half: [-0.0235, -0.0105]
-    assert verdict((-0.004, -0.002), cpu) == "rejected"  # smaller than stated
-    assert verdict((-0.05, -0.04), cpu) == "rejected"  # larger than stated
+    cpu = (-0.03, -0.004)
+    assert verdict((-0.003, -0.001), cpu) == "rejected"  # smaller than stated: wholly above U
+    assert verdict((-0.05, -0.04), cpu) == "rejected"  # larger than stated: wholly below L
     assert verdict((-0.02, -0.01), cpu) == "consistent"
-    assert verdict((-0.012, -0.002), cpu) == "inconclusive"
+    assert verdict((-0.005, -0.002), cpu) == "inconclusive"  # straddles U (the replaced rule rejected it)
+    assert verdict((-0.0045, -0.0041), cpu) == "consistent"  # near an end, still inside: a correct model's truth
     with pytest.raises(ValueError, match="low end"):
         verdict((0.01, -0.01), cpu)
+
+
+@pytest.mark.parametrize("n", [4, 16])  # the precision rule's first seed count and its most
+def test_the_d12_rule_rejects_a_correct_cpu_model_at_most_a_tenth_of_the_time_and_a_wrong_one_often(n):
+    from xsa.factorial.d12 import error_rate
+    from xsa.studies.predict import GPU_PAIR_SD
+    cpu, df = (-0.0274, -0.0011), 3  # the factorial's steps interval, t on 3 degrees of freedom
+    for truth, dof in (("model", df), ("model", 10 ** 6), ("centre", df), ("across", df)):
+        assert error_rate(cpu, dof, n, GPU_PAIR_SD, truth) <= 0.10
+    # the replaced central-half rule rejected a correct model a fifth to a third of the time
+    assert error_rate(cpu, 10 ** 6, n, GPU_PAIR_SD, "model", "central half (replaced)") > 0.25
+    assert error_rate(cpu, df, n, GPU_PAIR_SD, 0.0) > 0.8  # no gain at d12: outside U, rejected
+    assert error_rate(cpu, df, n, GPU_PAIR_SD, -0.0011 + 0.001) > 0.8  # 0.1% above U
+
+
+def _d12_records(results, effects: dict, seeds):
+    """Finished records of the d12 test's runs: baseline 0.85, XSA at 0.85 x (1 + effect at its rate + noise)."""
+    from xsa.studies.scale import d12_pairs
+    rng = random.Random(0)
+    for p in d12_pairs():
+        for s in seeds:
+            _write(results, p.a.run(s), 0.85)
+            _write(results, p.b.run(s), 0.85 * (1 + effects[p.name] + rng.gauss(0, 0.0002)))
+
+
+def test_the_d12_tests_primary_is_the_two_rate_mean_read_by_the_rule_and_the_claims(tmp_path):
+    from xsa.report.claims import their_scale
+    from xsa.report.factorial import d12_book, d12_test_books
+    from xsa.studies.scale import D12_ENDPOINT
+    study = get_study("d12-test", tmp_path)
+    assert study.primary == D12_ENDPOINT and D12_ENDPOINT not in {p.name for p in study.main}
+    assert d12_test_books(tmp_path) == {}  # no record: the claims read the GPU study (not tested)
+    low, high = (p.name for p in study.main)
+    _d12_records(tmp_path, {low: -0.002, high: -0.006}, range(4))
+    book = d12_book(tmp_path, study, {"steps": (-0.0274, -0.0011, 3), "tokens seen": (-0.0905, 0.0132, 3)})
+    e = book["primary"]
+    assert e.n == 4 and e.value == pytest.approx(-0.004, abs=3e-4)  # the mean over both rates, not 0.02's
+    assert book["d12_test_at_0_02"].value == pytest.approx(-0.002, abs=3e-4)
+    assert book["d12_test_at_0_04"].value == pytest.approx(-0.006, abs=3e-4)
+    assert book["verdict_steps"].verdict == "consistent" and book["verdict_tokens_seen"].verdict == "consistent"
+    far = d12_book(tmp_path, study, {"steps": (-0.0274, -0.0060, 3)})
+    assert far["verdict_steps"].verdict == "rejected"  # smaller than the statement's whole interval
+    _d12_records(tmp_path, {low: 0.004, high: 0.002}, range(4))  # XSA hurts d12: the claim is contradicted
+    claims = {c.text: c for c in get_study("default").claims}
+    books = d12_test_books(tmp_path)
+    assert their_scale(claims["XSA lowers val bpb at the smaller depth"], books) == "contradicted"
+    assert their_scale(claims["XSA lowers val bpb at the larger depth"], books) == "not tested"
 
 
 def test_the_d12_test_runs_both_arms_at_two_rates_and_sizes_itself_from_its_own_pairs(tmp_path):

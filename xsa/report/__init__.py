@@ -32,11 +32,12 @@ from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
 from xsa.report.estimates import Book, as_written, read_estimates, write_estimates
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
-from xsa.report.factorial import factorial_book, factorial_table
+from xsa.report.factorial import d12_book, d12_test_books, factorial_book, factorial_table
 from xsa.report.paper_estimates import extrapolation_table, factorial_extra, unlisted_runs, with_sds
 from xsa.report.scale import scale_figures, scale_parts
 from xsa.stats import Interval
-from xsa.studies.scale import CHECKS
+from xsa.studies.scale import CHECKS, D12_ENDPOINT
+from xsa.factorial.d12 import cpu_statement
 from xsa.studies.registry import Contrast, Paired, Sweep, Versus, get_study
 from xsa.report.notes import left_out_note, machine_warnings
 from xsa.report.writing import pct, render, template_for
@@ -156,6 +157,9 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     main_arms = [a.name for p in study.main for a in p.arms()]
     own = (robust_estimates(study, runs, [r for r in every if r["spec"].seed < study.estimate_from])
            if study.secondary else study_estimates(study, runs, every, tp))  # a study with a Holm family
+    if study.primary == D12_ENDPOINT:  # the d12 test: its registered two-rate endpoint and verdicts
+        d12 = d12_book(results_dir, study, cpu_statement(results_dir))
+        own.update({k: e for k, e in d12.items() if k not in own})  # each rate's pair keeps its own estimate
     # with every effect a table or figure shows, as the estimates file will hold them (it is written once
     # every record is checked, below): the file is the tables' and figures' one source
     estimates = {study.name: as_written({**own, **shown_effects(study, runs, every)})}
@@ -205,7 +209,9 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     figures_scale = scale_figures(study, estimates[study.prediction], across, figures_dir) if study.prediction else {}
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
-    tables["claims"] = claims_table(study, estimates)
+    # at the seed paper's d12 the claims read the d12 test once it has a record (computed, not written here:
+    # its own build writes its estimates file)
+    tables["claims"] = claims_table(study, {**estimates, **(d12_test_books(results_dir) if study.claims else {})})
     tables["extrapolations"] = extrapolation_table(estimates)  # every d12 and d24 number, conditional
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)

@@ -65,8 +65,13 @@ def basis(claim, key: str, study) -> str:
 
 
 def their_scale(claim, estimates: dict) -> str:
-    """The verdict at the seed paper's depth, from the GPU study's records, or "not tested"."""
+    """The verdict at the seed paper's depth, from the GPU records, or "not tested": val bpb at d12 from
+    the d12 test's registered two-rate endpoint where it has one (several seeds, both rates), else the
+    GPU study's single pair."""
     depth = claim.theirs.split(":")[0]
+    test = estimates.get("d12-test", {}).get("primary")
+    if depth == "d12" and claim.metric == "val_bpb" and test is not None and test.value is not None:
+        return verdict_of(test, claim.expect)
     gpu = estimates.get("gpu", {})
     key = ("primary" if depth == "d12" else depth) + ("" if claim.metric == "val_bpb" else f"_{claim.metric}")
     e = gpu.get(key) if depth in ("d12", "d24") and claim.metric != "overhead" else None

@@ -5,6 +5,7 @@ measures for every cell and rate and for the scale study's x4 level (at each com
 tuned rates), all computed by xsa/factorial/analysis.py.
 
     book = factorial_book(results)     # {key: Estimate}
+    book = d12_book(results, study, D.cpu_statement(results))  # the d12 test's endpoint and verdicts
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from xsa.studies.rules import final_bpb
 from xsa.factorial import analysis as A
+from xsa.factorial import d12 as D
 from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
 from xsa.factorial.steps import condition_multiples
 from xsa.stack.presets import scaling_params
@@ -20,6 +22,7 @@ from xsa.report.estimates import Estimate, fact, slug
 from xsa.factorial.models import compare
 from xsa.report.verdicts import axis, fit, model, registered
 from xsa.studies.kinds import xsa_pair
+from xsa.studies.registry import get_study
 
 X4_SEEDS = range(210, 218)
 # the scale study's x4 pairs the stability measures read: at each common rate, and at the tuned rates
@@ -202,3 +205,46 @@ def factorial_table(book: dict[str, Estimate]) -> list[dict]:
                        spiky_xsa=book[f"{at}_spiky_runs_xsa"].value if lr is not None else None)
             rows.append(row)
     return rows
+
+
+# -----------------------------------------------------------------------------
+# The d12 test, registered with the factorial study (its rule: xsa/factorial/d12.py)
+
+def _summarised(key: str, values, family: str, definition: str, declared: int) -> Estimate:
+    e = A.summary(values)
+    return Estimate(key, e["value"], e["lo"], e["hi"], e["n"], e["sd"], e["p"], family=family,
+                    definition=definition, declared=declared, reason="" if e["n"] >= 2 else "fewer than two pairs")
+
+
+def d12_book(results: Path, study, cpu: dict[str, tuple[float, float, int]]) -> dict[str, Estimate]:
+    """The d12 test's registered estimates: `primary`, the per-seed two-rate mean with its t-interval;
+    each rate's effect (its pair's name as key); and `verdict_<candidate>`, the registered verdict
+    against each interval of `cpu` (`cpu_statement`), once the primary has an interval."""
+    means, per = D.endpoint(results, study)
+    declared = len({r.seed for r in study.runs})
+    rates = " and ".join(f"{p.a.get('matrix_lr'):g}" for p in study.main)
+    book = {"primary": _summarised("primary", means.values(), "primary", "final val bpb, XSA minus baseline "
+                                   f"relative to each seed's baseline, per seed the mean over matrix LRs {rates}; 95% "
+                                   "t-interval over seeds (the d12 test's registered endpoint)", declared)}
+    for p in study.main:  # each rate's effect beside it
+        book[slug(p.name)] = _summarised(slug(p.name), per[p.name].values(), "descriptive",
+                                         f"{p.name}: final val bpb, XSA minus baseline relative to each seed's "
+                                         "baseline, paired by seed", declared)
+    e = book["primary"]
+    for name, (lo, hi, _) in cpu.items():
+        k = f"verdict_{slug(name)}"
+        said = D.verdict((e.lo, e.hi), (lo, hi)) if e.ci.defined else "not yet (fewer than two seeds)"
+        book[k] = Estimate(k, None, unit="verdict", metric="", family="verdict", verdict=said,
+                           definition=f"the d12 interval read against the factorial's conditional d12 interval of the "
+                           f"{name} model, [{100 * lo:+.2f}%, {100 * hi:+.2f}%], by the registered rule "
+                           "(xsa/factorial/d12.py)")
+    return book
+
+
+def d12_test_books(results: Path) -> dict[str, dict[str, Estimate]]:
+    """{"d12-test": its book} once any of the d12 test's runs has a finished record, else {}: what the
+    claims table reads at the seed paper's d12 in place of the one-run GPU study."""
+    study = get_study("d12-test", results)
+    if not any(final_bpb(results, r) is not None for r in study.runs):
+        return {}
+    return {study.name: d12_book(results, study, D.cpu_statement(results))}

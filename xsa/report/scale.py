@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from xsa.studies.rules import final_bpb
-from xsa.gpu.cost import GPUS, MFU, NODE_USD_PER_HOUR, run_hours, test_hours
+from xsa.gpu.cost import GPUS, MFU, NODE_USD_PER_HOUR, run_hours, test_hours, untimed
 from xsa.studies.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, Condition, condition, declared_seeds, fit, cochran_q,
                          model_conditions, pairs_to_test)
 from xsa.stack.presets import make_config, scaling_params
@@ -34,8 +34,8 @@ from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, g
 from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
 from xsa.report.verdicts import ANCHOR_KEYS, registered, scale_verdicts
 from xsa.studies.registry import get_study, seed_paper_effect
-from xsa.studies.scale import (CHECKS, D12_RATE_FACTORS, HEADS_LEVELS, LENGTH_LEVELS, LEVELS, PRECISION_X4, SECONDARY,
-                               W256_LENGTH)
+from xsa.studies.scale import (CHECKS, D12_RATE_FACTORS, D12_TEST, HEADS_LEVELS, LENGTH_LEVELS, LEVELS, PRECISION_X4,
+                               SECONDARY, W256_LENGTH)
 
 SLOPES = {1: "slope per doubling of heads", 2: "slope per doubling of tokens per parameter",
           3: "slope per doubling of sequence length"}
@@ -346,19 +346,25 @@ def scale_book(results: Path, est: dict | None = None) -> dict[str, Estimate]:
 
 
 def study_d12_config(results: Path):
-    """The config of the d12 test's runs (nanochat's d12 at its recipe), as its study declares them."""
-    return get_study("d12-test", results).runs[0].config()
+    """The config of the d12 test's runs (nanochat's d12 at its recipe), as its study declares them; refused
+    where it schedules an evaluation after training that the cost estimate does not time."""
+    study = get_study("d12-test", results)
+    if untimed(study):
+        raise ValueError(f"the d12 test schedules {', '.join(untimed(study))}, which xsa/gpu/cost.py does not time")
+    return study.runs[0].config()
 
 
 def gpu_cost_facts(cfg, pairs: int) -> dict[str, Estimate]:
     """What the d12 test costs on one node of eight H100s (xsa/gpu/cost.py: estimated from the
     model's FLOPs, not measured), each end of its range a fact the paper's text reads."""
     rates = len(D12_RATE_FACTORS)  # every seed's pair runs at each of the test's rates
-    book, run, test = {}, run_hours(cfg), test_hours(cfg, pairs * rates)
-    ends = {"d12_run_hours": (run, "wall hours of one d12 run"),
+    book, run, test, most = {}, run_hours(cfg), test_hours(cfg, pairs * rates), test_hours(cfg, D12_TEST.most * rates)
+    ends = {"d12_run_hours": (run, "wall hours of one d12 run, its in-training evaluations included"),
             "d12_test_hours": (test, f"wall hours of the d12 test at {pairs} pairs at each of {rates} rates, its "
                                      "data build included"),
-            "d12_test_usd": (tuple(NODE_USD_PER_HOUR * h for h in test), "its cost in US dollars")}
+            "d12_test_usd": (tuple(NODE_USD_PER_HOUR * h for h in test), "its cost in US dollars"),
+            "d12_test_most_hours": (most, f"wall hours at the most pairs its precision rule allows ({D12_TEST.most})"),
+            "d12_test_most_usd": (tuple(NODE_USD_PER_HOUR * h for h in most), "that cost in US dollars")}
     for key, (values, what) in ends.items():
         for end, v in zip(("lo", "hi"), values):
             book[f"{key}_{end}"] = fact(f"{key}_{end}", v, key.rsplit("_", 1)[1], f"{what} on one node of "
