@@ -84,3 +84,14 @@ def test_robust_study_declares_each_step_once_its_rule_decided(tmp_path):
     study = get_study("robust", tmp_path)
     assert study.comparison("cpu-w128-d4 tuned").b.get("matrix_lr") == 0.08
     assert study.comparison("heads") and study.comparison("last half vs all layers")
+
+
+def test_seed_by_seed_orders_groups_of_unequal_seeds_without_an_index_error():
+    # a group with fewer seeds ends earlier; the k-th seed of every group comes before the (k+1)-th of any
+    from types import SimpleNamespace
+
+    from xsa.studies.kinds import seed_by_seed, xsa_pair
+    pair = xsa_pair("smoke")
+    groups = [SimpleNamespace(seeds=range(3), pairs=lambda: {"p": pair}),
+              SimpleNamespace(seeds=range(10, 11), pairs=lambda: {"p": pair})]
+    assert [r.seed for r in seed_by_seed(groups)] == [0, 0, 10, 10, 1, 1, 2, 2]

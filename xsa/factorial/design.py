@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsa.studies.kinds import Paired, Study, unique_runs, xsa_pair
+from xsa.studies.kinds import Paired, Study, seed_by_seed, unique_runs, xsa_pair
 
 FAST = dict(cpu_compile=True)  # the compiled CPU path, as the robust and scale studies
 RATES = (0.04, 0.08)  # every cell, both arms: the two rates the scale study's brackets selected between
@@ -87,12 +87,7 @@ def cell(name: str) -> Cell:
 def ordered_runs() -> list:
     """Every run, in the order they train: seed by seed across the cells (the k-th seed of every cell
     before the (k+1)-th of any), so that a study stopped part-way has balanced cells."""
-    runs = []
-    for k in range(max(len(c.seeds) for c in CELLS)):
-        for c in CELLS:
-            for pair in c.pairs().values():
-                runs += [arm.run(c.seeds[k]) for arm in pair.arms()]
-    return runs
+    return seed_by_seed(CELLS)
 
 
 def factorial_study() -> Study:

@@ -195,6 +195,18 @@ def unique_runs(runs) -> tuple[Run, ...]:
     return tuple(out)
 
 
+def seed_by_seed(groups) -> list[Run]:
+    """Every run of `groups` (each with `seeds` and `pairs()`: a cell, a condition), in the order they
+    train: the k-th seed of every group before the (k+1)-th of any, both arms of each of its pairs
+    together, so that a study stopped part-way is balanced; a group with fewer seeds ends earlier."""
+    runs = []
+    for k in range(max(len(g.seeds) for g in groups)):
+        for g in groups:
+            if k < len(g.seeds):
+                runs += [arm.run(g.seeds[k]) for pair in g.pairs().values() for arm in pair.arms()]
+    return runs
+
+
 def xsa_pair(preset: str, **overrides) -> Paired:
     """Baseline against XSA (alpha 1 on every layer) at `preset`, both with `overrides`."""
     base = Arm.of(preset, **overrides)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsa.factorial.design import SCALE, cell
-from xsa.studies.kinds import Paired, Study, unique_runs
+from xsa.studies.kinds import Paired, Study, seed_by_seed, unique_runs
 
 MECHANISMS = {"none": {}, "gate": dict(attn_gate=True), "sink": dict(attn_sink=True)}
 TESTED = ("gate", "sink")  # the mechanisms the decision is about ("none" is the reference)
@@ -107,12 +107,7 @@ def ordered_runs() -> list:
     """Every run, in the order they train: seed by seed across the conditions (the k-th seed of every
     condition before the (k+1)-th of any), the cheapest condition first within a seed, and both arms
     of every mechanism of a seed together, so that a study stopped part-way is balanced."""
-    runs = []
-    for k in range(max(len(c.seeds) for c in CONDITIONS)):
-        for c in CONDITIONS:
-            for pair in c.pairs().values():
-                runs += [arm.run(c.seeds[k]) for arm in pair.arms()]
-    return runs
+    return seed_by_seed(CONDITIONS)
 
 
 def sink_study() -> Study:
