@@ -131,9 +131,9 @@ def test_shards_split_the_runs_between_processes(tmp_path):
         assert f"(shard {k}/2)" in out.stdout
     ran = [Path(line).name for line in log.read_text().splitlines()]
     assert ran == [runs[1].run_id, runs[0].run_id]  # each run once, in the shard that owns its index
-    for bad in ("2/2", "1", "a/b", "-1/2"):
+    for bad in ("2/2", "1", "a/b", "-1/2", "0/0"):  # refused as argparse refuses bad input: exit 2, naming it
         out = cli(*base, f"--shard={bad}")
-        assert out.returncode == 1 and "shard" in out.stderr and repr(bad) in out.stderr
+        assert out.returncode == 2 and "shard" in out.stderr and repr(bad) in out.stderr
 
 
 def test_train_resumes_or_refuses(tmp_path):

@@ -103,7 +103,8 @@ def test_benchmark_arms_are_the_study_runs(tmp_path):
     assert r["model"]["xsa_layers"] == "none" and r["xsa_arm"]["xsa_layers"] == "all"
     # each arm in full: its name, its overrides and every attention field (variant and gate included)
     assert r["arm_specs"]["xsa"] == dict(arm=pair.b.name, overrides=dict(pair.b.overrides), xsa_alpha=1.0,
-                                         xsa_layers="all", xsa_value="mixed", xsa_variant="xsa", xsa_gate=False)
+                                         xsa_layers="all", xsa_value="mixed", xsa_variant="xsa", xsa_gate=False,
+                                         attn_gate=False, attn_sink=False)
     assert r["arm_specs"]["baseline"]["arm"] == pair.a.name
     assert r["provenance"]["config_hash"] == pair.a.config().config_hash()
     assert json.loads((tmp_path / "tp.json").read_text())["complete"] is True

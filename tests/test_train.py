@@ -211,7 +211,8 @@ def test_metrics_ema_and_step_convention(smoke_data, tmp_path):
     summary = run(cfg, tmp_path / "r", smoke_data)
     rows = read_jsonl(tmp_path / "r" / "metrics.jsonl")
     assert set(rows[0]) == {"step", "val_bpb", "diag"}  # step 0: the initial model's evaluation only
-    assert all(len(v) == cfg.model.n_layer for v in rows[0]["diag"].values())  # diagnostics per layer
+    assert all(len(v) == cfg.model.n_layer for k, v in rows[0]["diag"].items() if k != "logit_rms")  # per layer
+    assert rows[0]["diag"]["logit_rms"] > 0  # the output logits' RMS before the softcap: one number
     train_rows = [r for r in rows if "train_loss" in r]
     assert train_rows[0]["step"] == 1 and [r["step"] for r in train_rows] == list(range(1, 31))
     ema = 0.0

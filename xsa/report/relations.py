@@ -5,7 +5,7 @@ wrong kind in it is the schema's problem, passed over here) and yields (field, w
 
 - throughput, estimates: an interval whose lower end is above its upper;
 - eval: CORE (ChatCORE) that is not the mean centered accuracy of its tasks (xsa/evaluate/core.py, chat.py);
-- diagnostics: a layer's value that is not the mean of its heads' (xsa.diagnostics.summarize_layers),
+- diagnostics: a layer's value that is not the mean of its heads' (the largest, for attn_logit_max; xsa.diagnostics.summarize_layers),
   an attention entropy above ln T, the most a row over T tokens holds;
 - gpu_check: a layer's mean |cos(z, v)| above its maximum.
 """
@@ -73,7 +73,10 @@ def _diagnostics_means(record: dict):
             continue
         heads = layer["heads"] if isinstance(layer.get("heads"), dict) else {}
         for m, values in heads.items():
-            if _not_mean(layer.get(m), values):
+            if m == "attn_logit_max":  # the layer's largest logit is its largest head's, not their mean
+                if _list(values) and all(isinstance(v, (int, float)) for v in values) and layer.get(m) != max(values):
+                    yield f"layers.{i}.{m}", f"{layer.get(m)!r} is not the largest of its heads ({max(values)!r})"
+            elif _not_mean(layer.get(m), values):
                 yield f"layers.{i}.{m}", f"{layer[m]!r} is not the mean of its heads ({_mean(values)!r})"
         entropies = [(f"layers.{i}.entropy", layer.get("entropy"))]
         entropies += [(f"layers.{i}.heads.entropy.{j}", h) for j, h in enumerate(_list(heads.get("entropy")))]
