@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from xsa.stack.presets import make_config
-from xsa.stack.model import GPT, xsa_project
+from xsa.stack.attention import xsa_project
+from xsa.stack.model import GPT
 from xsa.runs.records import read_jsonl
 from xsa.stack.step import Precision
 from xsa.train import train

@@ -8,7 +8,8 @@ from xsa.stack import config
 from xsa import validation
 from xsa.stack.config import ConfigError, GPTConfig
 from xsa.stack.presets import make_config
-from xsa.stack.model import GPT, xsa_project
+from xsa.stack.attention import xsa_project
+from xsa.stack.model import GPT
 
 
 @pytest.mark.parametrize("check", validation.CHECKS, ids=lambda c: c.__name__)
@@ -24,29 +25,31 @@ def test_every_registered_variant_decodes_with_the_kv_cache_as_it_trains(variant
 
 
 def test_validation_decodes_every_registered_variant_with_the_kv_cache(monkeypatch):
-    from xsa.stack import model
+    from xsa.stack import attention
 
     def damp(y, v, alpha):  # a variant of the token's own values: it keeps the contract
         return (1 - alpha) * y
 
     monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "damp"))
-    monkeypatch.setitem(model.XSA_VARIANTS, "damp", damp)
+    monkeypatch.setitem(attention.XSA_VARIANTS, "damp", damp)
     rows = {c.name: c for c in validation.run_checks()}
     assert {f"KV-cache decoding equals full forward ({v})" for v in config.XSA_VARIANTS} <= set(rows)
     assert all(c.passed for c in rows.values())
 
 
+def running_mean(y, v, alpha):
+    """XSA against the running mean of the values: a variant that reads other tokens."""
+    mean = v.cumsum(1) / torch.arange(1, v.size(1) + 1, dtype=v.dtype).view(1, -1, 1, 1)
+    return xsa_project(y, mean, alpha)
+
+
 def test_the_kv_cache_check_catches_a_variant_that_reads_other_tokens(monkeypatch):
     """XSA against the running mean of the values trains as intended but decodes wrongly with the
     cache (a new token sees only its own value): the validation stage fails it."""
-    from xsa.stack import model
-
-    def running_mean(y, v, alpha):
-        mean = v.cumsum(1) / torch.arange(1, v.size(1) + 1, dtype=v.dtype).view(1, -1, 1, 1)
-        return xsa_project(y, mean, alpha)
+    from xsa.stack import attention
 
     monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "running_mean"))
-    monkeypatch.setitem(model.XSA_VARIANTS, "running_mean", running_mean)
+    monkeypatch.setitem(attention.XSA_VARIANTS, "running_mean", running_mean)
     failed = [c for c in validation.run_checks() if not c.passed]
     assert [c.name for c in failed] == ["KV-cache decoding equals full forward (running_mean)"]
     assert failed[0].measured > 1e-2  # not rounding: the logits differ

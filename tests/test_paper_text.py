@@ -128,7 +128,8 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     """The paper's template against the committed estimates: every claim holds, every key exists, the
     abstract is at most 150 words with at most three intervals, and no number is typed into the prose."""
     book = Book({f.stem: read_estimates(f) for f in ESTIMATES.glob("*.json") if f.stem != "smoke"})
-    figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects", "cross_scale", "scale")}
+    figures = {n: "x.png" for n in ("robustness", "paired", "diagnostics_effects", "cross_scale", "scale", "factorial",
+                                      "gates", "learning", "optimizer_lr")}
     blocks = render(template_for("default").read_text(), book, figures, lambda name, **kw: "", dict(
         study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
         scale_checks={"scale-check": get_study("scale-check")}))

@@ -132,7 +132,8 @@ def render_section_4(results):
     book = {f.stem: read_estimates(f) for f in (REPO_ROOT / "results" / "estimates").glob("*.json") if f.stem != "smoke"}
     scale = scale_book(results)
     book["scale"] = scale
-    figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects", "scale", "cross_scale")}
+    figures = {n: "x.png" for n in ("robustness", "paired", "diagnostics_effects", "cross_scale", "scale", "factorial",
+                                      "gates", "learning", "optimizer_lr")}
     blocks = render(template_for("default").read_text(), Book(book), figures, lambda name, **kw: "", dict(
         study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
         scale_checks={"scale-check": get_study("scale-check")}))

@@ -74,14 +74,14 @@ def test_readme_study_table_agrees_with_the_default_study():
     assert named == set(study.presets())
 
 
-def test_a_new_attention_variant_touches_config_model_and_validation_only(monkeypatch, smoke_data, tmp_path):
-    """A variant beside XSA: its name in config.XSA_VARIANTS, its function in model.XSA_VARIANTS and
+def test_a_new_attention_variant_touches_config_attention_and_validation_only(monkeypatch, smoke_data, tmp_path):
+    """A variant beside XSA: its name in config.XSA_VARIANTS, its function in attention.XSA_VARIANTS and
     (optionally) a check in validation.CHECKS. Nothing else changes: the validation stage decodes it
     with the KV cache, the run spec names it, training runs it, the pipeline's jobs and the report's
     loader take it, and its records name it."""
     import torch
 
-    from xsa.stack import config, model
+    from xsa.stack import attention, config, model
 
     from xsa import pipeline, validation
     from xsa.report import load_run
@@ -95,7 +95,7 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
         return validation.Check("damp halves y at alpha 0.5", (damp(y, v, 0.5) - y / 2).abs().max().item(), 1e-6, "")
 
     monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "damp"))  # 1. config
-    monkeypatch.setitem(model.XSA_VARIANTS, "damp", damp)  # 2. model
+    monkeypatch.setitem(attention.XSA_VARIANTS, "damp", damp)  # 2. attention
     monkeypatch.setattr(validation, "CHECKS", (*validation.CHECKS, check_damp))  # 3. validation
     checks = validation.run_checks()
     assert all(c.passed for c in checks) and "KV-cache decoding equals full forward (damp)" in {c.name for c in checks}
@@ -103,7 +103,7 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
     run = Run.of("smoke", xsa_alpha=0.5, xsa_variant="damp")
     assert run.run_id == "smoke_damp0.5_s0" and Run.from_config(run.config()) == run
     calls = []
-    monkeypatch.setitem(model.XSA_VARIANTS, "damp", lambda y, v, a: calls.append(a) or damp(y, v, a))
+    monkeypatch.setitem(attention.XSA_VARIANTS, "damp", lambda y, v, a: calls.append(a) or damp(y, v, a))
     train(run.config(), tmp_path / run.run_id, data_dir=smoke_data, max_steps=2, progress=False)
     assert calls and set(calls) == {0.5}
     summary = read_json(tmp_path / run.run_id / "summary.json")
@@ -118,7 +118,7 @@ def test_a_new_attention_variant_touches_config_model_and_validation_only(monkey
 
 def test_a_learnable_xsa_gate_is_a_config_field_a_parameter_and_an_adamw_group(smoke_data, tmp_path):
     """A variant with a learnable parameter: config.GPTConfig.xsa_gate (and its AdamW group in
-    config.ADAM_GROUPS with betas and decay), the parameter in model.CausalSelfAttention (a strength
+    config.ADAM_GROUPS with betas and decay), the parameter in attention.CausalSelfAttention (a strength
     per head, initialised at alpha), its group in GPT.param_groups and its rate in optim.build_optimizers.
     The committed records predate all of it and stay the runs they were (tests/test_records_by_value.py)."""
     import torch

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import xsa.stack.attention
 import xsa.stack.model
 from xsa.stack import checkpoint
 from xsa.stack.config import ConfigError
@@ -36,7 +37,7 @@ def files_digest(folder: Path) -> dict:
 # -----------------------------------------------------------------------------
 # (e) baseline == alpha 0 through the XSA formula, step by step
 
-def xsa_formula(y, v, alpha, eps=xsa.stack.model.XSA_EPS):
+def xsa_formula(y, v, alpha, eps=xsa.stack.attention.XSA_EPS):
     """The XSA formula written out plainly (GQA by repeat_interleave), with no alpha == 0 shortcut."""
     v = v.repeat_interleave(y.size(2) // v.size(2), dim=2)
     coef = (y * v).sum(-1, keepdim=True) / ((v * v).sum(-1, keepdim=True) + eps)
@@ -49,10 +50,10 @@ def test_alpha0_training_matches_baseline(smoke_data, tmp_path, monkeypatch):
     # the alpha-0 arm: every layer runs the full formula (z = y - 0 * coef * v), no shortcut
     calls = []
 
-    def formula_counted(y, v, alpha, eps=xsa.stack.model.XSA_EPS):
+    def formula_counted(y, v, alpha, eps=xsa.stack.attention.XSA_EPS):
         calls.append(alpha)
         return xsa_formula(y, v, alpha, eps)
-    monkeypatch.setitem(xsa.stack.model.XSA_VARIANTS, "xsa", formula_counted)
+    monkeypatch.setitem(xsa.stack.attention.XSA_VARIANTS, "xsa", formula_counted)
     zero = run(make_config("smoke", num_tokens=50 * 4 * 64, xsa_alpha=0.0, xsa_layers="all", **QUIET),
                tmp_path / "alpha0", smoke_data)
     # the sensitivity of the comparison: alpha = 1 must move the losses by far more than 1e-5
@@ -245,8 +246,8 @@ def test_mfu_subtracts_each_clocks_own_pause(smoke_data, tmp_path, monkeypatch):
     # negative interval (and no MFU) on every log step that follows an evaluation
     import time
 
-    import xsa.train
-    monkeypatch.setattr(xsa.train, "clock", lambda device: time.perf_counter() / 100)
+    import xsa.stack.timers
+    monkeypatch.setattr(xsa.stack.timers, "clock", lambda device: time.perf_counter() / 100)
     run(make_config("smoke", eval_every=10), tmp_path / "r", smoke_data)
     train_rows = [r for r in read_jsonl(tmp_path / "r" / "metrics.jsonl") if "train_loss" in r]
     assert train_rows and all(r["mfu"] is not None and r["mfu"] > 0 for r in train_rows)
@@ -257,12 +258,12 @@ def test_the_timers_leave_out_the_warm_up_window_and_the_pauses(monkeypatch):
     the pauses, except the first window of a process, which holds its warm-up."""
     import types
 
-    import xsa.train
+    import xsa.stack.timers
     now = [0.0]
     fake = types.SimpleNamespace(perf_counter=lambda: now[0], time=lambda: now[0], process_time=lambda: now[0])
-    monkeypatch.setattr(xsa.train, "time", fake)
-    monkeypatch.setattr(xsa.train, "clock", lambda device: now[0] / 2)  # a device clock at half speed
-    timers, loop = xsa.train.Timers(torch.device("cpu")), xsa.train.Loop()
+    monkeypatch.setattr(xsa.stack.timers, "time", fake)
+    monkeypatch.setattr(xsa.stack.timers, "clock", lambda device: now[0] / 2)  # a device clock at half speed
+    timers, loop = xsa.stack.timers.Timers(torch.device("cpu")), xsa.stack.timers.Loop()
     now[0] = 1.0  # the initial evaluation
     timers.start_log()
     timers.steps, now[0] = 2, 4.0

@@ -131,7 +131,8 @@ class _Reads(dict):
 
 
 def _render(book: dict):
-    figures = {n: "x.png" for n in ("robustness", "gap", "lr", "diagnostics_effects", "cross_scale", "scale")}
+    figures = {n: "x.png" for n in ("robustness", "paired", "diagnostics_effects", "cross_scale", "scale", "factorial",
+                                      "gates", "learning", "optimizer_lr")}
     return render(TEMPLATE.read_text(), Book(book), figures, lambda name, **kw: "", dict(
         study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
         scale_checks={"scale-check": get_study("scale-check")}))

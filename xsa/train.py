@@ -33,8 +33,7 @@ import contextlib
 import json
 import math
 import sys
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -43,7 +42,7 @@ from tqdm.auto import tqdm
 
 from xsa.stack import checkpoint as ckpt
 from xsa.stack.bpb import evaluate_bpb
-from xsa.stack.common import autodetect_device, clock, datasheet_peak_flops, device_name, dist_info, mfu, peak_flops, print0
+from xsa.stack.common import autodetect_device, device_name, dist_info, print0
 from xsa.stack.config import ConfigError, TrainConfig
 from xsa.data import data_dir as default_data_dir, ensure_data
 from xsa.data.build import COMPLETE
@@ -60,6 +59,7 @@ from xsa.runs.runlock import RunFolderBusy, hold_folder, move_aside, own_run
 from xsa.runs.runlog import check_run_dir, finished_summary, kept_log, same_data
 from xsa.stack.spec import Run, arm_record, parse_overrides
 from xsa.stack.step import Step
+from xsa.stack.timers import Loop, Throughput, Timers
 
 EMA_BETA = 0.9
 DIAG_ROWS = 4  # validation rows of the attention diagnostics logged at every evaluation
@@ -73,84 +73,37 @@ class TrainingDiverged(RuntimeError):
         self.what, self.step = what, step
 
 
-def _barrier(is_ddp: bool):
-    if is_ddp:
-        dist.barrier()
+@dataclass(frozen=True)
+class RunContext:
+    """One call of train() on one rank: the run's config and folder, where it trains, and how the call
+    was asked to go: what the loop's helpers read, in place of a dozen parameters each."""
+    cfg: TrainConfig
+    out: Path
+    device: torch.device
+    rows: int  # rows per micro-batch on this rank (B): how an update is computed, not which
+    rank: int
+    world: int
+    is_ddp: bool
+    data_dir: Path | str | None = None  # as asked; _train replaces it with the checked data folder
+    resume: bool = False
+    overwrite: bool = False
+    max_steps: int | None = None
+    progress: bool = True
 
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per update on this rank (_open_run checks that they divide the batch)."""
+        return self.cfg.total_batch_size // (self.rows * self.cfg.model.sequence_len * self.world)
 
-@dataclass
-class Loop:
-    """The loop's running values: checkpointed, so a resumed run continues its log and timers."""
-    ema: float = 0.0  # the raw (not debiased) EMA of the train loss
-    train_time_s: float = 0.0  # wall time of timed training (evaluation, checkpoints, warm-up excluded)
-    train_clock_s: float = 0.0  # the same on the device clock (CPU time on CPU), for MFU
-    timed_tokens: int = 0
-    wall_time_s: float = 0.0  # wall time of the whole run, every process counted
-    cpu_time_s: float = 0.0  # CPU time of the whole run (this process's threads)
-    val_bpb: float | None = None
-    train_loss: float | None = None
-    data_sha256: str | None = None  # the data's fingerprint (data_fingerprint): a resume on other data stops
-    # the code the run started from (git_state at step 0, kept through every resume): provenance records it,
-    # and the commit at the end beside it where the two differ
-    git_commit: str | None = None
-    git_dirty: bool | None = None
+    @property
+    def end(self) -> int:
+        """The update this call stops after: the horizon, or max_steps where that comes first (the
+        schedule still spans the horizon, so a resume finishes the same run)."""
+        return self.cfg.num_iterations if self.max_steps is None else min(self.cfg.num_iterations, self.max_steps)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Loop":
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-class Timers:
-    """The loop's clocks, all of them. The run's wall and CPU time (every process, added to the Loop
-    at each checkpoint and at the end); and the steps since the last log line, timed on the wall clock
-    and on `clock` (the device clock, CPU time on CPU: MFU's), each less the pauses (evaluation,
-    checkpoints) measured on the same clock, since a loaded CPU gives out CPU time slower than wall
-    time. The first log window of a process holds its warm-up (compilation, allocation), so it is
-    logged but not added to the run's timed training."""
-
-    def __init__(self, device):
-        self.device = device
-        self.run_wall, self.run_cpu = time.time(), time.process_time()
-        self.warm_up = True  # the next log window holds the process's first update
-        self.start_log()
-
-    def start_log(self) -> None:
-        self.log_wall, self.log_clock = time.perf_counter(), clock(self.device)
-        self.paused_wall = self.paused_clock = 0.0
-        self.steps = 0  # updates since the last log line
-
-    def close_log(self, loop: Loop, batch_tokens: int) -> tuple[float, float, int]:
-        """(wall seconds, device-clock seconds, tokens) of the updates since the last log line, added
-        to the loop's timed training unless the window holds the warm-up; the next window starts."""
-        (wall, device_clock), tokens = self.since_log(), self.steps * batch_tokens
-        if not self.warm_up:
-            loop.train_time_s, loop.train_clock_s = loop.train_time_s + wall, loop.train_clock_s + device_clock
-            loop.timed_tokens += tokens
-        self.warm_up = False
-        self.start_log()
-        return wall, device_clock, tokens
-
-    def since_log(self) -> tuple[float, float]:
-        """(wall seconds, device-clock seconds) of training since the last log line."""
-        return (time.perf_counter() - self.log_wall - self.paused_wall,
-                clock(self.device) - self.log_clock - self.paused_clock)
-
-    @contextlib.contextmanager
-    def paused(self):
-        """Time inside is not training time."""
-        wall, device_clock = time.perf_counter(), clock(self.device)
-        try:
-            yield
-        finally:
-            self.paused_wall += time.perf_counter() - wall
-            self.paused_clock += clock(self.device) - device_clock
-
-    def add_run_time(self, loop: Loop) -> None:
-        """Add the wall and CPU time since the last call to the loop's totals."""
-        now_wall, now_cpu = time.time(), time.process_time()
-        loop.wall_time_s += now_wall - self.run_wall
-        loop.cpu_time_s += now_cpu - self.run_cpu
-        self.run_wall, self.run_cpu = now_wall, now_cpu
+    def barrier(self) -> None:
+        if self.is_ddp:  # every rank waits here; a single process has no one to wait for
+            dist.barrier()
 
 
 # -----------------------------------------------------------------------------
@@ -183,11 +136,12 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
     own_group = is_ddp and not dist.is_initialized()
     if own_group:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    ctx = RunContext(cfg, Path(out_dir), device, rows, rank, world, is_ddp, data_dir=data_dir, resume=resume,
+                     overwrite=overwrite, max_steps=max_steps, progress=progress)
     try:
         with own_run(out_dir, "training") if rank == 0 else contextlib.nullcontext():  # one owner per folder
             try:
-                return _train(cfg, Path(out_dir), resume, overwrite, max_steps, data_dir, device, progress, is_ddp,
-                              rank, world, rows)
+                return _train(ctx)
             except TrainingDiverged as e:  # a final record (xsa/runs/diverged.py): a sweep's rule counts it
                 if rank == 0:
                     write_diverged(out_dir, e.step, e.what, cfg.to_dict(), cfg.config_hash())
@@ -197,70 +151,74 @@ def train(cfg: TrainConfig, out_dir, *, resume: bool = False, overwrite: bool = 
             dist.destroy_process_group()
 
 
-def _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B):
+def _open_run(ctx: RunContext):
     """Check the run folder and the data on every rank before rank 0 writes anything; return
     (saved config.json or None, data folder, tokenizer)."""
+    cfg, B, world = ctx.cfg, ctx.rows, ctx.world
     if cfg.total_batch_size % (B * cfg.model.sequence_len * world) != 0:
         raise ConfigError(f"total_batch_size ({cfg.total_batch_size}) must be a multiple of device_batch_size "
                           f"* sequence_len * world_size ({B} * {cfg.model.sequence_len} * {world})")
-    saved = check_run_dir(out, cfg, resume, overwrite)
+    saved = check_run_dir(ctx.out, cfg, ctx.resume, ctx.overwrite)
+    data_dir = ctx.data_dir
     if data_dir is None and saved is not None:
         data_dir = saved.get("data_dir")
-    if is_ddp:  # never build under torchrun: the other ranks would wait at a barrier with a timeout
+    if ctx.is_ddp:  # never build under torchrun: the other ranks would wait at a barrier with a timeout
         path = Path(data_dir) if data_dir else default_data_dir(cfg.data)
         if not (path / COMPLETE).exists():
             raise FileNotFoundError(f"data: {path} is not built; under torchrun build it first, in its own step: "
                                     f"python -m xsa.data build --subset {cfg.data}")
-    _barrier(is_ddp)
-    if rank == 0:  # build (or verify) the data once; the other ranks wait, then find it built
+    ctx.barrier()
+    if ctx.rank == 0:  # build (or verify) the data once; the other ranks wait, then find it built
         data_dir = ensure_data(cfg.data, data_dir=data_dir, tokens=tokens_read(cfg))
-    _barrier(is_ddp)
-    if rank != 0:
+    ctx.barrier()
+    if ctx.rank != 0:
         data_dir = ensure_data(cfg.data, data_dir=data_dir, verify=False)
     data_dir = Path(data_dir)
     return saved, data_dir, ckpt.checked_tokenizer(data_dir, cfg, "the config")
 
 
-def _start_log(out: Path, cfg: TrainConfig, saved, data_dir: Path, step: int) -> None:
+def _start_log(ctx: RunContext, saved, step: int) -> None:
     """(rank 0) Write config.json; keep the metrics lines up to the checkpoint resumed from."""
+    out = ctx.out
     if saved is None and out.exists() and any(out.iterdir()):
         move_aside(out)  # --overwrite of a run folder (checked above): kept aside, never deleted
     hold_folder(out)  # made and flocked: a deleted lock file lets no second training in
     clear_diverged(out)  # a resume of a diverged run trains again: its record is stale until it diverges again
-    atomic_write_json(out / "config.json", {**cfg.to_dict(), "data_dir": str(data_dir)})
+    atomic_write_json(out / "config.json", {**ctx.cfg.to_dict(), "data_dir": str(ctx.data_dir)})
     # a killed run may have logged past its last checkpoint: drop those lines, they are redone
     kept, _ = kept_log(out, step) if saved is not None else ([], False)
     atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
-def _evaluator(cfg, data_dir, token_bytes, step: Step, rank: int, world: int, B: int):
+def _evaluator(ctx: RunContext, token_bytes, step: Step):
     """evaluate(diag) -> {"val_bpb", and on rank 0 where diag "diag"}: bpb on the fixed validation
     stream (each rank reads every world-th batch; evaluate_bpb all-reduces the sums), diagnostics on 4
     rows (at every cfg.diag_every-th evaluation: they cost a forward pass of their own)."""
-    T = cfg.model.sequence_len
+    T, B = ctx.cfg.model.sequence_len, ctx.rows
     diag_x = None
-    if rank == 0:
+    if ctx.rank == 0:
         rows = min(B, DIAG_ROWS)
-        diag_x = next(iter(val_batches(data_dir, batch_size=rows, seq_len=T, max_tokens=rows * T,
+        diag_x = next(iter(val_batches(ctx.data_dir, batch_size=rows, seq_len=T, max_tokens=rows * T,
                                        device=step.device)))[0]
 
     def evaluate(diag: bool = True) -> dict:
-        batches = val_batches(data_dir, batch_size=B, seq_len=T, max_tokens=cfg.eval_tokens, device=step.device,
-                              rank=rank, world_size=world)  # this rank's batches only
+        batches = val_batches(ctx.data_dir, batch_size=B, seq_len=T, max_tokens=ctx.cfg.eval_tokens,
+                              device=step.device, rank=ctx.rank, world_size=ctx.world)  # this rank's batches only
         with step.precision.context():
             record = {"val_bpb": evaluate_bpb(step.forward, batches, token_bytes)}
-            if rank == 0 and diag:
+            if ctx.rank == 0 and diag:
                 record["diag"] = diagnostics_snapshot(step.model, diag_x)
         return record
     return evaluate
 
 
-def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
+def _start_model(ctx: RunContext, saved) -> tuple[GPT, Step, int, Loop]:
     """(model, its training step, the step to start from, the loop's values): the model initialised
     from the seed (xsa.stack.model.build: on the CPU as the committed runs, on the meta device and then the
     GPU under CUDA), or the checkpoint's state."""
-    model = build_model(cfg.model, cfg.seed, device)
-    step_fn = Step(model, cfg, device)
+    cfg, out = ctx.cfg, ctx.out
+    model = build_model(cfg.model, cfg.seed, ctx.device)
+    step_fn = Step(model, cfg, ctx.device)
     if saved is None or not ckpt.state_path(out).exists():
         return model, step_fn, 0, Loop()
     step, loop_state = ckpt.load_training_state(out, model=model, optimizers=step_fn.optimizers, config=cfg)
@@ -268,31 +226,31 @@ def _start_model(cfg, out: Path, saved, device) -> tuple[GPT, Step, int, Loop]:
     return model, step_fn, step, Loop.from_dict(loop_state)
 
 
-def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, is_ddp, rank, world, B):
+def _train(ctx: RunContext) -> dict:
     # open the run (folder, data, tokenizer), then build the model, its step, the loader and the evaluator
-    timers = Timers(device)
-    saved, data_dir, tokenizer = _open_run(cfg, out, resume, overwrite, data_dir, is_ddp, rank, world, B)
+    timers = Timers(ctx.device)
+    saved, data_dir, tokenizer = _open_run(ctx)
+    ctx = replace(ctx, data_dir=data_dir)
+    cfg, out, device, rank, world = ctx.cfg, ctx.out, ctx.device, ctx.rank, ctx.world
     if saved is not None and (done := finished_summary(out, cfg)) is not None:
         print0(f"{out}: already trained to its horizon ({cfg.num_iterations} steps); nothing was changed")
         return done
-    T = cfg.model.sequence_len
-    grad_accum = cfg.total_batch_size // (B * T * world)
-    model, step_fn, step, loop = _start_model(cfg, out, saved, device)
+    T, grad_accum = cfg.model.sequence_len, ctx.grad_accum
+    model, step_fn, step, loop = _start_model(ctx, saved)
     if loop.git_commit is None:  # a new run (or one whose checkpoint predates the field): the code it starts from
         loop.git_commit, loop.git_dirty = git_state().values()
     loop.data_sha256 = same_data(loop.data_sha256, data_dir, out)
     redo = saved is not None and kept_log(out, step, say=True)[1]  # read on every rank: evaluate() is collective
     if rank == 0:
-        _start_log(out, cfg, saved, data_dir, step)
-    _barrier(is_ddp)
-    loader = TokenLoader(data_dir, split="train", batch_size=B, seq_len=T, rows_per_step=cfg.total_batch_size // T,
-                         seed=cfg.seed, rank=rank, world_size=world, device=device, packing=cfg.row_packing)
-    evaluate = _evaluator(cfg, data_dir, tokenizer.token_bytes.to(device), step_fn, rank, world, B)
+        _start_log(ctx, saved, step)
+    ctx.barrier()
+    loader = TokenLoader(data_dir, split="train", batch_size=ctx.rows, seq_len=T,
+                         rows_per_step=cfg.total_batch_size // T, seed=cfg.seed, rank=rank, world_size=world,
+                         device=device, packing=cfg.row_packing)
+    evaluate = _evaluator(ctx, tokenizer.token_bytes.to(device), step_fn)
     write = (lambda record: append_jsonl(out / "metrics.jsonl", record)) if rank == 0 else (lambda record: None)
 
-    end = cfg.num_iterations if max_steps is None else min(cfg.num_iterations, max_steps)
-    flops_per_token, peak = model.estimate_flops(), peak_flops(device)
-    sheet = datasheet_peak_flops(device)  # the datasheet's bf16 peak (GPUs only): nanochat's MFU
+    end, throughput = ctx.end, Throughput.of(model, device, world)
     ema_dtype = torch.float32 if device.type == "mps" else torch.float64
     ema = torch.tensor(loop.ema, dtype=ema_dtype, device=device)
     print0(f"{cfg.preset}: {model.num_params():,} params, {cfg.num_iterations} steps of {cfg.total_batch_size:,} "
@@ -302,13 +260,13 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
         write({"step": step, **record})
 
     # the loop: one update per iteration; the logged loss is the only host sync of a plain step
-    pbar = tqdm(total=end, initial=step, disable=not progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
+    pbar = tqdm(total=end, initial=step, disable=not ctx.progress or rank != 0, desc=cfg.preset, dynamic_ncols=True)
     timers.start_log()
     while step < end:
         loss = step_fn(step, (loader.get(step, m) for m in range(grad_accum)), grad_accum)
         step += 1
         timers.steps += 1  # the updates of this log window
-        if is_ddp:  # one scalar per step, no host sync
+        if ctx.is_ddp:  # one scalar per step, no host sync
             dist.all_reduce(loss)
             loss /= world
         ema.mul_(EMA_BETA).add_(loss.to(ema_dtype), alpha=1 - EMA_BETA)
@@ -320,39 +278,38 @@ def _train(cfg, out, resume, overwrite, max_steps, data_dir, device, progress, i
                 raise TrainingDiverged(f"train loss is {loop.train_loss}", step, out)
             dt, dc, tokens = timers.close_log(loop, cfg.total_batch_size)
             record.update(train_loss=loop.train_loss, train_loss_ema=ema.item() / (1 - EMA_BETA ** step),
-                          lr_mult=step_fn.lr, tok_per_s=tokens / dt,
-                          mfu=mfu(flops_per_token, tokens, dc, peak, world),
-                          mfu_datasheet=mfu(flops_per_token, tokens, dc, sheet, world))
+                          lr_mult=step_fn.lr, **throughput.rates(tokens, dt, dc))
             pbar.set_postfix(loss=f"{loop.train_loss:.4f}", tok_s=f"{tokens / dt:,.0f}")
         with timers.paused():  # evaluation and checkpoints are not training time
             if step % cfg.eval_every == 0 or step == end:
                 record.update(evaluate(diag=(step // cfg.eval_every) % cfg.diag_every == 0 or step == end))
                 loop.val_bpb = record["val_bpb"]
-                if progress and rank == 0:
+                if ctx.progress and rank == 0:
                     pbar.write(f"step {step}: val bpb {loop.val_bpb:.4f}")
             if len(record) > 1:
                 write(record)
             if step % cfg.checkpoint_every == 0 or step == end:
-                _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg)
+                _checkpoint(ctx, step_fn, step, loop, ema, timers)
     pbar.close()
     timers.add_run_time(loop)
-    return _finish(cfg, out, model, step, loop, data_dir, device, world, rank, is_ddp, B)
+    return _finish(ctx, model, step, loop, throughput)
 
 
-def _checkpoint(out, model, step_fn, step, loop, ema, timers, cfg) -> None:
+def _checkpoint(ctx: RunContext, step_fn: Step, step: int, loop: Loop, ema: torch.Tensor, timers: Timers) -> None:
     """Save the training state (every rank: Muon's state is gathered from the owner ranks; rank 0
     writes the file), never non-finite weights over a good checkpoint (a NaN may appear between log
     steps)."""
-    if not torch.stack([p.isfinite().all() for p in model.parameters()]).all():
-        raise TrainingDiverged("non-finite weights", step, out)
+    if not torch.stack([p.isfinite().all() for p in step_fn.model.parameters()]).all():
+        raise TrainingDiverged("non-finite weights", step, ctx.out)
     loop.ema = ema.item()
     timers.add_run_time(loop)
-    ckpt.save_training_state(out, model=model, optimizers=step_fn.optimizers, step=step,
-                             loop_state=asdict(loop), config=cfg)
+    ckpt.save_training_state(ctx.out, model=step_fn.model, optimizers=step_fn.optimizers, step=step,
+                             loop_state=asdict(loop), config=ctx.cfg)
 
 
-def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is_ddp, B) -> dict:
+def _finish(ctx: RunContext, model: GPT, step: int, loop: Loop, throughput: Throughput) -> dict:
     """Write the final model, summary.json and provenance.json (rank 0); return the summary."""
+    cfg, device = ctx.cfg, ctx.device
     summary = dict(
         val_bpb=loop.val_bpb, steps=step, tokens=step * cfg.total_batch_size, num_iterations=cfg.num_iterations,
         complete=step == cfg.num_iterations,
@@ -361,21 +318,21 @@ def _finish(cfg, out, model, step, loop: Loop, data_dir, device, world, rank, is
         final_weights_sha256=ckpt.weights_sha256(model.state_dict()),
         learned_gates=model.learned_gates(),  # None without xsa_gate
         train_loss_final=loop.train_loss, wall_time_s=loop.wall_time_s, cpu_time_s=loop.cpu_time_s,
-        world_size=world, device=device_name(device),
+        world_size=ctx.world, device=device_name(device),
         # the MFU of the log: the model's FLOPs per token as it counts them, over this matmul peak
-        flops_per_token=model.estimate_flops(), peak_flops=peak_flops(device),
-        mfu=mfu(model.estimate_flops(), loop.timed_tokens, loop.train_clock_s, peak_flops(device), world),
+        flops_per_token=throughput.flops_per_token, peak_flops=throughput.peak, mfu=throughput.run_mfu(loop),
     )
-    if rank == 0:
-        ckpt.save_model(out, model=model, config=cfg, step=step)
-        atomic_write_json(out / "summary.json", summary)
-        atomic_write_json(out / "provenance.json", provenance(
+    if ctx.rank == 0:
+        ckpt.save_model(ctx.out, model=model, config=cfg, step=step)
+        atomic_write_json(ctx.out / "summary.json", summary)
+        atomic_write_json(ctx.out / "provenance.json", provenance(
             config_hash=cfg.config_hash(), seed=cfg.seed, device=device_name(device),
             wall_time_s=loop.wall_time_s,
-            extra=dict(world_size=world, device_batch_size=B, data_dir=str(data_dir), data_sha256=data_fingerprint(data_dir),
-                       num_threads=torch.get_num_threads(), cpu_time_s=loop.cpu_time_s,
-                       command=" ".join(sys.argv), **code_provenance(loop.git_commit, loop.git_dirty))))
-    _barrier(is_ddp)
+            extra=dict(world_size=ctx.world, device_batch_size=ctx.rows, data_dir=str(ctx.data_dir),
+                       data_sha256=data_fingerprint(ctx.data_dir), num_threads=torch.get_num_threads(),
+                       cpu_time_s=loop.cpu_time_s, command=" ".join(sys.argv),
+                       **code_provenance(loop.git_commit, loop.git_dirty))))
+    ctx.barrier()
     return summary
 
 

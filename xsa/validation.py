@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from xsa.stack import config
 from xsa.stack.config import GPTConfig
 from xsa.stack.kvcache import KVCache
-from xsa.stack.model import GPT, sink_attention, xsa_project
+from xsa.stack.attention import sink_attention, xsa_project
+from xsa.stack.model import GPT
 from xsa.stack.optim import orthogonalize
 
 TINY = dict(sequence_len=32, vocab_size=97, n_layer=3, n_head=4, n_kv_head=4, n_embd=64)
@@ -126,7 +127,7 @@ def check_gqa_broadcast(seed: int = 5) -> Check:
 
 def check_kv_cache(seed: int = 6, variant: str = "xsa") -> Check:
     """(d) decoding with a KV cache (a prefix chunk, then one token at a time) equals the full forward,
-    for one attention variant: run_checks runs it for every registered one (model.XSA_VARIANTS: a
+    for one attention variant: run_checks runs it for every registered one (attention.XSA_VARIANTS: a
     variant may read the token's own value only, which this check holds it to)."""
     model = random_model(seed, n_kv_head=2, xsa_alpha=1.0, xsa_layers="all", xsa_variant=variant)
     c = model.config

@@ -131,7 +131,7 @@ def greedy_batch(model, prompts: list[list[int]], max_tokens: int, stop: set[int
     """Greedy replies to several prompts at once, each up to (not including) its first stop token.
 
     The prompts are left-padded to one length and decode as one batch with a KV cache that hides
-    the padding (xsa.stack.model.KVCache; rotary embeddings see distances only, so the shift is unseen),
+    the padding (xsa.stack.kvcache.KVCache; rotary embeddings see distances only, so the shift is unseen),
     so a reply is the one the prompt gets alone (tests/test_evaluate_chat.py). One host sync a
     step: are all rows done?"""
     device, c = model.wte.weight.device, model.config

@@ -32,8 +32,9 @@ from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
 from xsa.report.estimates import Book, as_written, read_estimates, write_estimates
 from xsa.report.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
-from xsa.report.factorial import d12_book, d12_test_books, factorial_book, factorial_table
-from xsa.report.paper_estimates import extrapolation_table, factorial_extra, unlisted_runs, with_sds
+from xsa.report.factorial import d12_book, d12_test_books, factorial_table
+from xsa.report.paper_estimates import extrapolation_table, later_books, unlisted_runs, with_sds
+from xsa.report.paper_figures import paper_figures, study_compute
 from xsa.report.scale import scale_figures, scale_parts
 from xsa.stats import Interval
 from xsa.studies.scale import CHECKS, D12_ENDPOINT
@@ -195,8 +196,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     tables["scale"], tables["scale_gates"], across = [], [], None
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
         estimates[study.prediction], scale_tables, across = scale_parts(study, results_dir, leave_out)
-        estimates["factorial"] = factorial_book(results_dir)  # the factorial study, as far as it has trained
-        estimates["factorial"].update(factorial_extra(results_dir))  # its post hoc readings (paper_estimates.py)
+        estimates.update(later_books(results_dir))  # the factorial, sink and optimizer studies, as far as trained
         tables["factorial"] = with_sds(factorial_table(estimates["factorial"]), estimates["factorial"])
         tables.update(scale_tables)
         done = [(name, load_runs(results_dir, list(estimates[study.prediction][key].runs)))  # its runs so far
@@ -206,13 +206,16 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     # every estimate is computed and nothing is written yet: a study the text states whole that is not
     # (a run of a final study left out, deleted or unfinished) stops the build here, not half-written
     refuse_unwhole(study, estimates, results_dir, leave_out)
-    figures_scale = scale_figures(study, estimates[study.prediction], across, figures_dir) if study.prediction else {}
+    # the scale study's figures, and the paper's across studies (the primary seed by seed, the factorial, ...)
+    figures_scale = ({**scale_figures(study, estimates[study.prediction], across, figures_dir),
+                      **paper_figures(results_dir, estimates, tables, figures_dir)} if study.prediction else {})
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)
     # at the seed paper's d12 the claims read the d12 test once it has a record (computed, not written here:
     # its own build writes its estimates file)
     tables["claims"] = claims_table(study, {**estimates, **(d12_test_books(results_dir) if study.claims else {})})
     tables["extrapolations"] = extrapolation_table(estimates)  # every d12 and d24 number, conditional
+    tables["study_compute"] = study_compute(tables["runs"])  # CPU hours per study, every run counted once
     for name, rows in tables.items():
         write_table(rows, tables_dir, name)
     figures = draw_figures(study, runs, estimates[study.name], tables, figures_dir, main_arms, bool(robust),

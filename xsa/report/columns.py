@@ -145,6 +145,7 @@ DISPLAY = {
     "task_effects": ["comparison", "task", "n", "rel", "rel_ci95"],
     "runs": ["study", "run", "steps", "val_bpb", "cpu_s", "eval_cpu_s", "wall_s"],
     "compute": ["preset", "stage", "runs", "cpu_min_per_run", "wall_min_per_run", "cpu_hours", "wall_hours"],
+    "study_compute": ["study", "runs", "cpu_hours", "wall_hours"],
     "gpu": ["scale", "arm", "recipe", "n", "val_bpb", "core"],
     "robustness": ["condition", "preset", "matrix_lr", "tokens_per_param", "n", "rel", "rel_ci95", "excludes_seed_paper",
                    "p_holm", "status"],

@@ -19,7 +19,7 @@ from xsa.stack.presets import make_config
 from xsa.report import metrics as M
 from xsa.report.archive import archived_runs, condition as archived_condition
 from xsa.report.estimates import (Estimate, contrasted, fact, from_values, not_run, paired, slope, slug, with_holm)
-from xsa.report.paper_estimates import grid_counts
+from xsa.report.paper_estimates import grid_counts, seeds_ahead
 from xsa.report.records import per_seed
 from xsa.report.tables import overhead
 from xsa.report.verdicts import registered
@@ -185,6 +185,7 @@ def robust_estimates(robust, estimating, selecting, seed_effect=D12) -> dict:
                           "by the pre-registered rule (lowest mean final val bpb over the selection seeds)")
     est.update(grid_cells(robust, selecting))
     est.update(grid_counts(robust, selecting))  # every preset's grids (xsa/report/paper_estimates.py)
+    est.update(seeds_ahead("primary_seeds_ahead", estimating, robust.comparison(robust.primary)))  # seed by seed
     est["precision_half_width"] = fact("precision_half_width", robust.half_width_target, "relative",
                                        "the precision rule's target: the primary interval's half-width")
     for name in ("first", "block", "most"):

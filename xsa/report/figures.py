@@ -261,3 +261,115 @@ def fig_diag_effects(rows: list[dict], keys, out_dir, name: str):
     handles, labels = flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=len(labels))
     return save_figure(fig, out_dir, name)
+
+
+def fig_paired(effects: dict[int, float], estimate, out_dir, name: str):
+    """The primary endpoint seed by seed: each seed's paired effect (%) as a bar, sorted, with the mean and
+    its 95% interval across them (the estimate, as the estimates file holds it). effects: {seed: relative
+    effect}. No other scale's number is drawn beside it: its size is this scale's only."""
+    if not effects or estimate is None or estimate.value is None:
+        return None
+    order = sorted(effects, key=lambda s: (effects[s], s))
+    fig, axes = new_figure(figsize=(HALF, 2.6))
+    ax = axes[0][0]
+    xs = range(1, len(order) + 1)
+    ax.bar(xs, [100 * effects[s] for s in order], width=0.7, color="C0", alpha=0.75, label="one seed's pair")
+    if estimate.ci.defined:
+        ax.axhspan(100 * estimate.lo, 100 * estimate.hi, color="C3", alpha=0.15, lw=0, label="95% CI of the mean")
+    ax.axhline(100 * estimate.value, color="C3", lw=1.1, label=f"mean of {estimate.n} pairs")
+    ax.axhline(0, color="gray", lw=0.8)
+    ax.set_xticks(list(xs), [str(s) for s in order], rotation=90)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set(xlabel="seed (sorted by its effect)", ylabel="val bpb: XSA - baseline (%)")
+    fig.legend(loc="outside lower center", ncols=3, frameon=False)
+    return save_figure(fig, out_dir, name)
+
+
+def fig_learning(panels: dict, out_dir, name: str):
+    """Learning curves of both arms and their paired gap: per panel (a condition), val bpb of each arm against
+    the optimizer step (mean over seeds, 95% band), and beneath, XSA minus baseline relative to each seed's
+    baseline (mean, 95% band). panels: {title: {"arms": {label: [(step, mean, lo, hi)]}, "gap": [...]}}."""
+    panels = {k: v for k, v in panels.items() if v["gap"]}
+    if not panels:
+        return None
+    fig, axes = new_figure(nrows=2, ncols=len(panels), figsize=(FULL, 2.7), sharex="col", height_ratios=(3, 2))
+    for j, (title, p) in enumerate(panels.items()):
+        top, bottom = axes[0][j], axes[1][j]
+        for k, (label, pts) in enumerate(p["arms"].items()):
+            steps = [x[0] for x in pts]
+            top.fill_between(steps, [x[2] for x in pts], [x[3] for x in pts], color=f"C{k}", alpha=0.2, lw=0)
+            top.plot(steps, [x[1] for x in pts], color=f"C{k}", lw=1.0, label=label)
+        late = [x for pts in p["arms"].values() for x in pts if x[0] >= pts[-1][0] * p.get("from", 0.25)]
+        top.set_ylim(min(x[2] for x in late) - 0.01, max(x[3] for x in late) + 0.01)
+        top.set(title=title, ylabel="val bpb" if j == 0 else None)
+        steps = [x[0] for x in p["gap"]]
+        bottom.fill_between(steps, [100 * x[2] for x in p["gap"]], [100 * x[3] for x in p["gap"]], color="C3",
+                            alpha=0.2, lw=0)
+        bottom.plot(steps, [100 * x[1] for x in p["gap"]], color="C3", lw=1.0)
+        bottom.axhline(0, color="gray", lw=0.8)
+        bottom.set(xlabel="optimizer step", ylabel="XSA - baseline (%)" if j == 0 else None)
+    axes[0][0].legend(loc="upper right")
+    return save_figure(fig, out_dir, name)
+
+
+def fig_factorial(cells: list[str], rates: list, est: dict, out_dir, name: str, ylim=(-3.0, 1.5)):
+    """The factorial in one figure: left, XSA's effect per cell at each common rate and as each seed's mean over
+    both (the registered primary); right, the registered mode split, XSA's effect among seeds whose baseline
+    ended sharp and among those that stayed diffuse, per cell and rate. est: the factorial's estimates by key.
+    The axis is fixed at `ylim` (%): an interval of two seeds runs off it, its ends beyond the frame."""
+    def get(key):
+        e = est.get(key)
+        return e if e is not None and e.value is not None else None
+    fig, axes = new_figure(ncols=2, figsize=(FULL, 2.5), sharey=True)
+    left, right = axes[0]
+    series = [(f"LR {r:g}", lambda c, r=r: f"{c}_at_{r:g}".replace(".", "_")) for r in rates]
+    for k, (label, key) in enumerate([*series, ("mean over both (primary)", lambda c: c)]):
+        for i, c in enumerate(cells):
+            e = get(key(c.replace(" ", "_")))
+            if e is not None:
+                _point(left, i + 0.18 * (k - 1), 100 * e.value, _scaled(e.ci, 100), e.n, "C3" if k == 2 else f"C{k}",
+                       label=label if i == 0 else None)
+    for k, (mode, color) in enumerate((("sharp", "C4"), ("diffuse", "C0"))):
+        first = True
+        for i, c in enumerate(cells):
+            for m, (_, key) in enumerate(series):
+                e = get(f"{key(c.replace(' ', '_'))}_effect_{mode}")
+                if e is not None:
+                    _point(right, i + 0.2 * (2 * m - 1) + 0.07 * (2 * k - 1), 100 * e.value, _scaled(e.ci, 100), e.n,
+                           color, label=f"baseline {mode}" if first else None)
+                    first = False
+    for ax, title in ((left, "XSA's effect per cell"), (right, "within the baseline's mode (left: 0.04, right: 0.08)")):
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_xticks(range(len(cells)), cells)
+        ax.set(title=title)
+    left.set_ylabel("val bpb: XSA - baseline (%)")
+    left.set_ylim(*ylim)
+    handles = [h for ax in (left, right) for h in ax.get_legend_handles_labels()[0]] + [_single_note(left)]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
+    return save_figure(fig, out_dir, name)
+
+
+def fig_heatmap(rows: list[dict], out_dir, name: str, label: str):
+    """A value per layer and head as a heatmap, one panel per level, each cell annotated with the value and
+    its 95% interval. rows: level, layer, head, value, ci (Interval)."""
+    rows = [r for r in rows if r.get("value") is not None]
+    if not rows:
+        return None
+    import numpy as np  # lazy: start-up time (as seaborn)
+    import seaborn as sns  # lazy: start-up time (seconds; the tables do without)
+    levels = list(dict.fromkeys(r["level"] for r in rows))
+    heads = {lv: sorted({r["head"] for r in rows if r["level"] == lv}) for lv in levels}
+    layers = sorted({r["layer"] for r in rows})
+    fig, axes = new_figure(ncols=len(levels), figsize=(FULL, 1.9),
+                           gridspec_kw=dict(width_ratios=[len(heads[lv]) for lv in levels]))
+    for ax, lv in zip(axes[0], levels):
+        cell = {(r["layer"], r["head"]): r for r in rows if r["level"] == lv}
+        grid = np.array([[cell[(y, h)]["value"] if (y, h) in cell else np.nan for h in heads[lv]] for y in layers])
+        text = [[(f"{cell[(y, h)]['value']:.2f}\n[{cell[(y, h)]['ci'].lo:.2f}, {cell[(y, h)]['ci'].hi:.2f}]"
+                  if (y, h) in cell and cell[(y, h)]["ci"].defined else "") for h in heads[lv]] for y in layers]
+        sns.heatmap(grid, vmin=0, vmax=1, cmap="viridis", annot=np.array(text), fmt="", cbar=False, ax=ax,
+                    annot_kws=dict(size=6), xticklabels=heads[lv], yticklabels=layers)
+        ax.set(title=lv, xlabel="head")
+    axes[0][0].set_ylabel("layer")
+    fig.colorbar(axes[0][-1].collections[0], ax=axes[0].tolist(), label=label, shrink=0.9)
+    return save_figure(fig, out_dir, name)

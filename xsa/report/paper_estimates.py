@@ -4,6 +4,8 @@ the text needs them, so that no count or interval is typed into the prose:
 
     grid_counts(robust, selecting)   # every preset's LR-selection grids: cells where XSA is ahead
     factorial_extra(results)         # the factorial study's post hoc and descriptive readings
+    later_books(results)             # the factorial's book with them, and the sink and optimizer studies' progress
+    seeds_ahead(key, runs, pair)     # the seeds on which XSA ends lower
     unlisted_runs(results, rows)     # the run table's rows for run folders no study's table lists
 
 The factorial's extras are each labelled in their definition: the width x length interaction (post hoc),
@@ -24,10 +26,14 @@ from xsa.factorial import analysis as A
 from xsa.factorial import models as FM
 from xsa.factorial.design import CELLS
 from xsa.report.estimates import Estimate, fact, slug
+from xsa.report.factorial import factorial_book
 from xsa.report.records import per_seed
 from xsa.runs.records import read_json
+from xsa.studies import optimizer_analysis as O
 from xsa.studies.predict import TAU2_GRID
 from xsa.studies.registry import STUDIES, Sweep, get_study
+from xsa.studies.rules import final_bpb
+from xsa.studies.sink import CONDITIONS, decision_names, sink_study
 
 BOOTSTRAP = 200  # seed resamples of the criterion's choice (each refits every candidate five times)
 BOOTSTRAP_SEED = 0  # the resamples' RNG: the share is the same number on every build
@@ -318,3 +324,52 @@ def unlisted_runs(results, rows: list[dict]) -> list[dict]:
                         cpu_s=round(cpu) if cpu is not None else "not recorded", eval_cpu_s=None,
                         wall_s=round(s["wall_time_s"]) if s.get("wall_time_s") else None))
     return out
+
+
+def seeds_ahead(key: str, runs, pair) -> dict:
+    """{key: the seeds on which the pair's b arm (XSA) ends with the lower final val bpb}, over the seeds both
+    arms finished (n: those seeds). Descriptive: a count, no model."""
+    a, b = per_seed(runs, pair.a, "val_bpb"), per_seed(runs, pair.b, "val_bpb")
+    seeds = [s for s in sorted(a.keys() & b.keys()) if a[s] is not None and b[s] is not None]
+    ids = [arm.run(s).run_id for s in seeds for arm in (pair.a, pair.b)]
+    e = fact(key, sum(b[s] < a[s] for s in seeds), "seeds", f"{pair.name}: seeds on which XSA's final val bpb is the "
+             "lower, of those both arms finished", family="descriptive", runs=ids)
+    return {key: Estimate(**{**e.__dict__, "n": len(seeds)})}
+
+
+# -----------------------------------------------------------------------------
+# The two studies under way: how far their records have come
+
+def later_books(results) -> dict[str, dict]:
+    """The books of the studies after the scale study: the factorial's registered estimates with its post hoc
+    readings (factorial_extra), and the sink and optimizer studies' progress."""
+    return {"factorial": {**factorial_book(results), **factorial_extra(results)}, **progress_books(results)}
+
+
+def progress_books(results) -> dict[str, dict]:
+    """{"sink": ..., "optimizer": ...}: each study's declared and finished runs (and what they cost so far),
+    the counts its text states while it trains; no registered decision is read from them until the last
+    record lands (the registrations say when)."""
+    results = Path(results)
+    sink, reused = sink_study(), {r.run_id for r in get_study("factorial", results).runs}
+    new = [r for r in sink.runs if r.run_id not in reused]
+    done = [r for r in sink.runs if final_bpb(results, r) is not None]
+    counts = O.estimates(results)["counts"]
+    return {
+        "sink": {e.key: e for e in (
+            fact("runs_declared", len(sink.runs), "runs", "runs the sink study declares (its registration)"),
+            fact("runs_finished", len(done), "runs", "declared runs with a final record", runs=[r.run_id for r in done]),
+            fact("runs_new", len(new), "runs", "declared runs that are not the factorial study's records"),
+            fact("runs_new_finished", sum(r.run_id not in reused for r in done), "runs",
+                 "new runs with a final record"),
+            fact("decision_tests", len(decision_names()), "tests", "the decision family (Holm over its members)"),
+            fact("conditions", len(CONDITIONS), "conditions", "the cells and rates the mechanisms are crossed in"),
+            fact("final", int(len(done) == len(sink.runs)), "flag", "1 when every declared run has a record"))},
+        "optimizer": {e.key: e for e in (
+            fact("runs_declared", counts["declared"], "runs", "runs the optimizer study declares so far (adaptive)"),
+            fact("runs_finished", counts["finished"], "runs", "declared runs with a final or divergence record"),
+            fact("runs_diverged", counts["diverged"], "runs", "finished runs that diverged"),
+            fact("cost", counts["cpu_hours"], "CPU hours", "training CPU time of the finished runs", family="cost"),
+            fact("final", int(counts["pending"] == 0 and not counts["pending_comparisons"]), "flag",
+                 "1 when every run the study can declare has a record"))},
+    }

@@ -51,7 +51,7 @@ def _number(name, value, lo=-math.inf, hi=math.inf, what=None):
 # Model
 
 XSA_VALUE_MODES = ("mixed", "plain")
-# The output transforms that can run at the XSA layers (xsa/stack/model.py holds their functions and the
+# The output transforms that can run at the XSA layers (xsa/stack/attention.py holds their functions and the
 # contract they keep: each token's output from its own value only; xsa/validation.py decodes every
 # one with the KV cache against the full forward): "xsa" removes the component along the token's
 # own value.

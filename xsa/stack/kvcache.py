@@ -1,7 +1,7 @@
 """
 The KV cache of autoregressive decoding: every layer's keys and values so far, the last token's
 embedding (for the smear), and the mask a chunk of new queries reads, with left padding where prompts
-of unequal length decode as one batch. xsa/stack/model.py's attention writes and reads it.
+of unequal length decode as one batch. xsa/stack/attention.py's attention writes and reads it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ Distributed: no DDP. Each rank accumulates its own gradients; Muon's step reduce
 gradient to the rank that owns it (matrix i belongs to rank i % world), the owner computes the
 update, and broadcasts the new weights; AdamW shards its state the same way (parameter j of its
 groups on rank j % world: its memory divided by the ranks, as nanochat's MuonAdamW shards it by
-slices of each large tensor).
+slices of each large tensor). The reduces start in step(), after the backward, as nanochat's: the
+model is compiled as one graph, whose backward hands every gradient over when it ends, so launching
+them from gradient hooks would overlap nothing (docs/gpu.md, tests/test_backward_overlap.py).
 On one process nothing is communicated and the update is the per-matrix function above. Muon's
 state (momentum, second moment) lives on the owner only: a checkpoint gathers it to rank 0
 (`Muon.full_state_dict`), and loading keeps each rank's share, so a resume on any world size

@@ -281,19 +281,22 @@ def _panel(ax, rows_by_arm: dict[str, list[dict]], chosen: dict[str, float | Non
     ax.set_ylabel("final val bpb")
 
 
-def figure(results: Path, out_dir=None):
+def figure(results: Path, out_dir=None, height: float = 5.2, row: bool = False):
     """Final val bpb against the swept matrix LR (log x) per arm: every seed a point, the arm's mean
     (diverged runs at their initial loss) a line, the selected rates dotted, diverged runs an x at the top
-    (a run above the panel a triangle); PNG and SVG under out_dir (None: the PNG, for a notebook)."""
+    (a run above the panel a triangle); PNG and SVG under out_dir (None: the PNG, for a notebook), `height`
+    inches tall, its panels an optimizer per row or, with `row`, all in one row (the paper's page)."""
     results = Path(results)
     state = selections(results)
-    fig, axes = new_figure(nrows=len(OPTIMIZERS), ncols=len(SELECTION_SEEDS), figsize=(FULL, 5.2))
-    for i, opt in enumerate(OPTIMIZERS):
-        for j, preset in enumerate(SELECTION_SEEDS):
-            arms = {label(a): a for a in pair(opt, preset).arms()}
-            rows = {lab: grid_rows(results, opt, preset, a, state[(preset, opt, lab)][0]) for lab, a in arms.items()}
-            chosen = {lab: state[(preset, opt, lab)][1] for lab in arms}
-            _panel(axes[i][j], rows, chosen, f"{'Muon' if opt == 'muon' else 'AdamW'}, {preset}", FIELDS[opt])
+    cells = [(opt, preset) for opt in OPTIMIZERS for preset in SELECTION_SEEDS]
+    ncols = len(cells) if row else len(SELECTION_SEEDS)
+    fig, axes = new_figure(nrows=len(cells) // ncols, ncols=ncols, figsize=(FULL, height))
+    for k, (opt, preset) in enumerate(cells):
+        arms = {label(a): a for a in pair(opt, preset).arms()}
+        rows = {lab: grid_rows(results, opt, preset, a, state[(preset, opt, lab)][0]) for lab, a in arms.items()}
+        chosen = {lab: state[(preset, opt, lab)][1] for lab in arms}
+        _panel(axes[k // ncols][k % ncols], rows, chosen, f"{'Muon' if opt == 'muon' else 'AdamW'}, {preset}",
+               FIELDS[opt])
     if axes[0][0].get_legend_handles_labels()[0]:  # no line before the first grid point has its records
         axes[0][0].legend(loc="upper left")
     return save_figure(fig, out_dir, FIGURE)
