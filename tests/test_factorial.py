@@ -3,6 +3,7 @@ made-up run records (a steps account, a tokens-per-parameter account), so that e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -11,7 +12,7 @@ import pytest
 
 from xsa.factorial import analysis as A
 from xsa.factorial import models as M
-from xsa.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
+from xsa.factorial.design import CELLS, CONTRASTS, RATES, Cell, factorial_study, ordered_runs
 from xsa.factorial.steps import condition_multiples, steps_to_reach
 from xsa.studies.registry import get_study
 from xsa.studies.kinds import xsa_pair
@@ -69,6 +70,51 @@ def test_the_design_is_four_cells_at_two_common_rates_on_shared_seeds():
     steps = next(k for k in CONTRASTS if k.key == "equal_steps")
     assert axes[steps.first]["steps"] == axes[steps.second]["steps"]
     assert factorial_study().runs == study.runs
+
+
+# The run ids the registered design declares, in training order (4 cells x 2 rates x 2 arms x 10 seeds),
+# as (count, sha256 of the ids joined by newlines), read off the design when its records were committed:
+# the study is pre-registered, so a change to xsa/factorial/design.py that changes a run, or the order
+# they train in, fails here before it reaches a record.
+REGISTERED_RUNS = (160, "810125844633f6a6b15c11f20196f0f7dc6be5a188903712d128805cf2a6c60f")
+
+
+def test_the_registered_design_declares_the_runs_it_was_registered_with():
+    ids = [r.run_id for r in get_study("factorial").runs]
+    assert (len(ids), hashlib.sha256("\n".join(ids).encode()).hexdigest()) == REGISTERED_RUNS
+    assert ids[:2] == ["cpu-w64-d4_base-compiled-mlr0.04_s100", "cpu-w64-d4_xsa1-compiled-mlr0.04_s100"]
+
+
+def test_cells_of_unequal_seeds_train_seed_by_seed_each_on_its_own_seeds():
+    short, long_ = Cell("w64 short", "cpu-w64-d4", range(100, 103)), Cell("w64 long", "cpu-w64-d4-s1097", range(300, 305))
+    runs = ordered_runs((short, long_))
+    assert len(runs) == len({r.run_id for r in runs}) == 2 * 2 * (3 + 5)  # two rates, two arms a seed
+    for c in (short, long_):
+        assert {r.seed for r in runs if r.preset == c.preset} == set(c.seeds)
+    assert [r.seed for r in runs[::4]] == [100, 300, 101, 301, 102, 302, 303, 304]  # the shorter cell ends first
+
+
+def test_a_cells_ladder_is_a_field_that_defaults_to_its_shape(tmp_path):
+    assert [c.ladder for c in CELLS] == ["w64", "w64", "w128", "w128"]
+    _plant(tmp_path, steps_account)
+    # a cell whose name is no shape names its ladder: w64 long under another name reads w64's
+    renamed = Cell("narrow long", CELLS[1].preset, CELLS[1].seeds, ladder="w64")
+    got, want = condition_multiples(tmp_path, (renamed,)), condition_multiples(tmp_path, CELLS[1:2])
+    assert got == {k.replace("w64 long", "narrow long"): v for k, v in want.items()} and len(got) == len(RATES)
+    with pytest.raises(ValueError, match="ladder 'narrow'"):
+        condition_multiples(tmp_path, (Cell("narrow long", CELLS[1].preset, CELLS[1].seeds),))
+
+
+def test_a_fifth_cell_at_x4_is_one_condition_not_two(tmp_path):
+    """The fits read the scale study's x4 beside the cells; a cell at x4's preset is that condition (its
+    shape and length), so the fits count it once, as the cell."""
+    _plant(tmp_path, steps_account)
+    fifth = Cell("w64 x4", M.X4.preset, M.X4_SEEDS)
+    for rate in (None, 0.08):
+        before, after = M.conditions(tmp_path, rate), M.conditions(tmp_path, rate, cells=(*CELLS, fifth))
+        assert [c.name for c in after] == [fifth.name if c.name == M.X4.name else c.name for c in before]
+        x4, cell = next(c for c in before if c.name == M.X4.name), next(c for c in after if c.name == fifth.name)
+        assert (cell.axes, cell.diffs) == (x4.axes, x4.diffs)
 
 
 def test_a_steps_account_is_recovered_and_the_other_fails(tmp_path):

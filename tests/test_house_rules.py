@@ -355,3 +355,113 @@ def test_tables_and_figures_compute_no_effect():
 def test_planted_effect_in_a_table_is_found(tmp_path):
     (tmp_path / "t.py").write_text("from xsa.stats import paired, mean_ci\nfrom xsa.report.effects import key\n")
     assert effect_makers_imported(tmp_path / "t.py") == {"paired", "mean_ci"}
+
+
+# Every function of the report that returns a table's rows or draws a figure: by its name, or by its module
+# (the registered analyses outside xsa/report tabulate and draw their own registered numbers)
+TABLE_OR_FIGURE = re.compile(r"^(fig_\w+|draw_\w+|selection|\w+_(tables?|rows|curves|points|figures?))$")
+TABLE_OR_FIGURE_MODULES = {"xsa.report.tables", "xsa.report.figures", "xsa.report.columns", "xsa.report.crossscale",
+                           "xsa.report.rows", "xsa.report.paper_figures"}
+# what makes an effect, by the module that defines it: the statistics over per-seed values and the
+# estimates' constructors (xsa/report/effects.py computes every shown effect)
+EFFECT_SOURCES = {"xsa.stats": {"paired", "differences", "relative", "relative_differences", "contrast", "mean_ci",
+                                "t_pvalue", "holm"},
+                  "xsa.report.estimates": {"paired", "contrasted", "from_values", "slope", "per_seed_slopes"},
+                  "xsa.report.effects": {"shown_effects", "gap_estimates"}}
+# an arm's mean and interval over its own runs is not an effect: these take it from the records
+ARM_MEANS = {("xsa.report.tables", f) for f in ("main_table", "arms_table", "core_tasks_table", "diagnostics_table",
+                                                  "diagnostics_effects_table")} | {("xsa.report.robust", "selection")}
+# Known breaches, each to be removed when it reads its numbers from the estimates (an entry that no longer
+# computes one fails the test, so the list only shrinks)
+KNOWN_EFFECTS = {
+    # the paired figure's dots: each seed's own effect, which no estimates file holds (only their mean
+    # and interval, robust.primary, which the figure draws beside them)
+    ("xsa.report.paper_figures", "seed_effects"),
+    # the learning figure's gap at every logged step of the robust primary and the factorial's long cells,
+    # with its t-band: not estimates of any study's file (to make them so adds keys to robust.json and
+    # factorial.json, the latter written by the factorial study's registered analysis)
+    ("xsa.report.paper_figures", "learning_panel"),
+    ("xsa.report.paper_figures", "_band"),  # the t-band of learning_panel's arms and gap
+}
+
+
+def _imported_names(tree) -> dict[str, str]:
+    """{name in the module: the module or module.name it stands for} of a module's imports."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            names.update({a.asname or a.name: a.name for a in node.names if a.asname or "." not in a.name})
+    return names
+
+
+def effects_computed(path: Path, module: str) -> dict[str, set[str]]:
+    """{function: the effect makers it calls, itself or through its module's own functions} of each top-level
+    function of `module` that returns a table's rows or draws a figure (every function of a module in
+    TABLE_OR_FIGURE_MODULES): an arm's mean is allowed where ARM_MEANS says, and a function in KNOWN_EFFECTS
+    is reported itself, not again in its callers."""
+    tree = ast.parse(path.read_text())
+    names, funcs = _imported_names(tree), {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    makers = {f"{m}.{n}" for m, ns in EFFECT_SOURCES.items() for n in ns}
+    direct, local = {}, {}
+    for name, f in funcs.items():
+        direct[name], local[name] = set(), set()
+        for node in (n for n in ast.walk(f) if isinstance(n, ast.Call)):
+            fn = node.func
+            if isinstance(fn, ast.Name) and fn.id in funcs:
+                local[name].add(fn.id)
+            elif isinstance(fn, ast.Name):
+                direct[name].add(names.get(fn.id, ""))
+            elif isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and fn.value.id in names:
+                direct[name].add(f"{names[fn.value.id]}.{fn.attr}")
+        direct[name] &= makers
+        if (module, name) in ARM_MEANS:
+            direct[name].discard("xsa.stats.mean_ci")
+
+    def made(name, seen):
+        out = set(direct[name])
+        for g in local[name] - seen:
+            if (module, g) not in KNOWN_EFFECTS:
+                out |= made(g, seen | {g})
+        return out
+
+    shown = [n for n in funcs if module in TABLE_OR_FIGURE_MODULES or TABLE_OR_FIGURE.match(n)]
+    return {n: m for n in shown if (m := made(n, {n}))}
+
+
+def test_no_table_or_figure_function_computes_an_effect():
+    """The rule above over every function of the report that returns a table's rows or draws a figure
+    (scale_table, fig_scale, gate_table, factorial_table, robust's selection, the paper's figures, ...):
+    it reads its effects from the estimates; a table still takes an arm's mean from the records."""
+    found = {(m, f) for m, path in MODS.items() if m == "xsa.report" or m.startswith("xsa.report.")
+             for f in effects_computed(path, m)}
+    assert found - KNOWN_EFFECTS == set(), "these compute an effect: read it from the estimates"
+    assert KNOWN_EFFECTS - found == set(), "these no longer compute one: remove them from KNOWN_EFFECTS"
+
+
+def test_planted_effect_in_a_table_function_is_found(tmp_path):
+    (tmp_path / "t.py").write_text(textwrap.dedent("""
+        import xsa.stats as S
+        from xsa.stats import relative_differences as rd
+        from xsa.report.metrics import relative
+
+        def _helper(a, b):
+            return rd(a, b)
+
+        def thing_table(a, b):            # through a helper of its own module
+            return [_helper(a, b)]
+
+        def fig_thing(values):            # by an attribute of the module imported
+            return S.mean_ci(values)
+
+        def plain_table(est, k):          # reads the estimates; metrics.relative is not stats.relative
+            return [est[k]] if relative(k) else []
+
+        def not_shown(a, b):              # neither a table nor a figure
+            return rd(a, b)
+        """))
+    assert effects_computed(tmp_path / "t.py", "pkg.t") == {"thing_table": {"xsa.stats.relative_differences"},
+                                                            "fig_thing": {"xsa.stats.mean_ci"}}
+    assert set(effects_computed(tmp_path / "t.py", "xsa.report.paper_figures")) == {
+        "thing_table", "fig_thing", "_helper", "not_shown"}  # a figures module: every function

@@ -277,3 +277,31 @@ def test_a_new_registered_check_of_a_level_is_one_entry(results, tmp_path, monke
                                                       for r in book["late_x4_registered"].runs)
     # made up: XSA's best rate at x4 is 0.04, the baseline's 0.08, so the baseline at XSA's rate is worse
     assert book["late_base_rates"].value > 0
+
+
+def test_a_check_of_a_level_whose_arms_selected_one_rate_reads_as_selected_and_whole(monkeypatch):
+    """The committed heads-8 level: both arms' brackets chose 0.08. A check of it is the level's own
+    pairs on its seeds: its estimate is read, the rest say why there is nothing else to compare (never
+    "not declared"), every run it declares has its record, and its registration says it trains nothing."""
+    import xsa.studies.registry
+    from xsa.report.scale_check import ONE_RATE, check_book
+    from xsa.studies.prereg_check import check_document
+    from xsa.studies.rules import final_bpb
+    from xsa.studies.scale import HEADS_LEVELS, RateCheck
+    results = REPO_ROOT / "results"
+    check = RateCheck("scale-check-h8", HEADS_LEVELS[8], "cpu-w128-d4", "h8", final=True)
+    monkeypatch.setitem(xsa.studies.registry.STUDIES, check.name, check.study)
+    monkeypatch.setattr(xsa.studies.registry, "ADAPTIVE", {*xsa.studies.registry.ADAPTIVE, check.name})
+    study = get_study(check.name, results)
+    assert study.main and not study.pending and study.final and "eight heads of 16" in study.scale
+    assert study.runs and all(final_bpb(results, r) is not None for r in study.runs)  # whole
+    book = check_book(results, check)
+    assert all("not declared" not in e.reason for e in book.values())
+    level = get_study("scale", results).comparison("heads 8")
+    assert book["h8_common_xsa_rate"].n == 8 and book["h8_common_xsa_rate"].value is not None
+    assert book["h8_common_xsa_rate"].value == book["h8_heads_8_registered"].value  # the level's own pairs
+    assert book["h8_common_xsa_rate"].runs == tuple(r.run_id for s in check.seeds for r in (level.a.run(s), level.b.run(s)))
+    assert all(book[k].value is None and book[k].reason == ONE_RATE
+               for k in ("h8_base_rates", "h8_common_base_rate", "h8_xsa_rates", "h8_better_rates"))
+    assert book["h8_runs_done"].value == book["h8_runs_declared"].value == 16
+    assert "None of its own" in check_document(results, check)

@@ -151,3 +151,22 @@ def test_the_committed_x4_check_registration_is_the_generated_one():
     results = REPO_ROOT / "results"
     from xsa.studies.scale import CHECKS
     assert (results / "scale-check" / FILENAME).read_text() == check_document(results, CHECKS[0])
+
+
+def test_a_check_of_a_level_whose_arms_selected_one_rate_is_that_levels_pairs_and_is_whole(tmp_path):
+    """Made up: both arms of x4 select 0.08. The level is then at the common rate already: the x4 check
+    trains nothing of its own, its one comparison is the level's pair on its seeds, nothing is pending,
+    and it is whole once those records exist (a state it can be marked final in)."""
+    from xsa.studies.kinds import Paired
+    x4_bracket = [r for r in get_study("scale", tmp_path).runs if r.preset == "cpu-w64-d4-s1536"
+                  and r.seed in SELECT.seeds]
+    bowl(tmp_path, x4_bracket, 0.08)
+    level = get_study("scale", tmp_path).comparison("length x4")
+    assert level.a.get("matrix_lr") == level.b.get("matrix_lr") == 0.08
+    check = get_study("scale-check", tmp_path)
+    assert not check.pending and check.comparisons == () and check.main == (Paired("x4, both at XSA's rate", *level.arms()),)
+    assert [r.run_id for r in check.runs] == [a.run(s).run_id for a in level.arms() for s in PAIRS]
+    assert {r.run_id for r in check.runs} <= {r.run_id for r in get_study("scale", tmp_path).runs}  # the level's own
+    for run in check.runs:
+        record(tmp_path, run, 2.0)
+    assert all(final_bpb(tmp_path, r) is not None for r in get_study("scale-check", tmp_path).runs)

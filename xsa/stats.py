@@ -83,15 +83,17 @@ def contrast(first: dict, second: dict) -> dict:
 
 
 def relative(a, b):
-    """(b - a) / a, or None."""
-    return None if a is None or b is None or a == 0 else (b - a) / a
+    """(b - a) / |a|: b's change relative to the baseline a (|a| keeps the sign of the change where the
+    baseline is negative); None where either is missing or a is 0. The package's one copy of the
+    formula (tests/test_one_idea.py checks that no other module writes it)."""
+    return None if a is None or b is None or a == 0 else (b - a) / abs(a)
 
 
 def relative_differences(a: dict, b: dict) -> dict:
-    """{seed: (b - a) / |a|} over the seeds both have: the effect relative to the seed's own baseline
-    (|a| keeps the sign of the change where the baseline is negative)."""
-    return {s: (b[s] - a[s]) / abs(a[s]) for s in sorted(a.keys() & b.keys())
-            if a[s] is not None and b[s] is not None and a[s] != 0}
+    """{seed: relative(a[seed], b[seed])} over the seeds both have, in seed order: the effect relative to
+    the seed's own baseline, paired by seed (a seed with a value missing, or a baseline of 0, has none)."""
+    pairs = ((s, relative(a[s], b[s])) for s in sorted(a.keys() & b.keys()))
+    return {s: d for s, d in pairs if d is not None}
 
 
 def normal_cdf(x: float) -> float:

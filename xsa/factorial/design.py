@@ -32,10 +32,17 @@ SCALE = "CPU scale (2-core CPU, fp32, compiled; 64- and 128-wide models, 4 layer
 
 @dataclass(frozen=True)
 class Cell:
-    """One shape at one length: its preset and its estimation seeds."""
+    """One shape at one length: its preset, its estimation seeds, and the length ladder its steps
+    multiple reads (a key of xsa/factorial/steps.py: LADDERS; by default its name's first word, the
+    shape: "w64 short" reads "w64")."""
     name: str
     preset: str
     seeds: range
+    ladder: str = ""
+
+    def __post_init__(self):
+        if not self.ladder:
+            object.__setattr__(self, "ladder", self.name.split()[0])
 
     def pair(self, lr: float) -> Paired:
         """Baseline against XSA (alpha 1 on every layer), both at matrix LR `lr`."""
@@ -84,10 +91,11 @@ def cell(name: str) -> Cell:
     return found[0]
 
 
-def ordered_runs() -> list:
+def ordered_runs(cells=CELLS) -> list:
     """Every run, in the order they train: seed by seed across the cells (the k-th seed of every cell
-    before the (k+1)-th of any), so that a study stopped part-way has balanced cells."""
-    return seed_by_seed(CELLS)
+    before the (k+1)-th of any), so that a study stopped part-way has balanced cells; a cell with fewer
+    seeds than another ends earlier."""
+    return seed_by_seed(cells)
 
 
 def factorial_study() -> Study:

@@ -30,12 +30,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from xsa.factorial.analysis import at_rate, relative_effects, two_rate
-from xsa.factorial.design import CELLS, RATES
+from xsa.factorial.analysis import at_rate, two_rate
+from xsa.factorial.design import CELLS, Cell
 from xsa.studies.predict import Diffs, cochran_q, fit_design
 from xsa.stack.presets import make_config, scaling_params
-from xsa.stack.spec import Arm
-from xsa.studies.kinds import xsa_pair
 from xsa.studies.scale import W256_LONG, W256_SHORT
 
 CANDIDATES = {
@@ -51,6 +49,11 @@ D12 = make_config("d12", recipe="nanochat-324e69c")
 PARSIMONY = 2.0
 X4_SEEDS = range(210, 218)  # the scale study's x4 level with both arms at both rates (its check's seeds)
 W256_SEEDS = range(210, 216)
+# the conditions beside the cells, borrowed from the scale study's records: x4 at both common rates; at one
+# rate also x1/3 and, held out (never fitted), width 256 (as (condition, held out))
+X4 = Cell("x4 (1,536 steps)", "cpu-w64-d4-s1536", X4_SEEDS)
+AT_ONE_RATE = ((Cell("x1/3 (128 steps)", "cpu-w64-d4-s128", X4_SEEDS), False),
+               (Cell(W256_SHORT, "cpu-w256-d4-s128", W256_SEEDS), True), (Cell(W256_LONG, "cpu-w256-d4", W256_SEEDS), True))
 
 
 class Degenerate(ValueError):
@@ -76,33 +79,24 @@ def axes_of(cfg) -> dict:
                 tokens=math.log2(cfg.num_tokens), params=math.log2(params))
 
 
-def _arms(preset: str):
-    p = xsa_pair(preset, cpu_compile=True)
-    return p.a, p.b
+def condition_cells(cells=CELLS, rate: float | None = None) -> list[tuple[Cell, bool]]:
+    """(condition, held out) for each condition the fits read: the cells, then the borrowed ones (x4; at
+    one rate also AT_ONE_RATE), one a shape and length: a borrowed condition at a cell's preset is that
+    cell's, so a cell at x4 is counted once (as the cell)."""
+    out, taken = [], set()
+    for c, held in [*((c, False) for c in cells), (X4, False), *(AT_ONE_RATE if rate is not None else ())]:
+        if c.preset not in taken:
+            taken.add(c.preset)
+            out.append((c, held))
+    return out
 
 
-def _at(arm: Arm, lr: float) -> Arm:
-    return arm.with_(matrix_lr=lr)
-
-
-def conditions(results: Path, rate: float | None = None) -> list[Condition]:
+def conditions(results: Path, rate: float | None = None, cells=CELLS) -> list[Condition]:
     """The conditions at both common rates (rate None: each seed's two-rate mean; the factorial's cells
     and the scale study's x4) or at one rate (rate 0.08: also length x1/3, and width 256 held out)."""
     out = [Condition(c.name, axes_of(c.config()),
-                     tuple((two_rate(results, c) if rate is None else at_rate(results, c, rate)).values()))
-           for c in CELLS]
-    base, xsa = _arms("cpu-w64-d4-s1536")
-    per = [relative_effects(results, _at(base, lr), _at(xsa, lr), X4_SEEDS) for lr in (RATES if rate is None else [rate])]
-    seeds = sorted(set.intersection(*(set(p) for p in per)))
-    out.append(Condition("x4 (1,536 steps)", axes_of(base.config()), tuple(sum(p[s] for p in per) / len(per)
-                                                                          for s in seeds)))
-    if rate is not None:
-        for preset, name, held, seeds in (("cpu-w64-d4-s128", "x1/3 (128 steps)", False, X4_SEEDS),
-                                          ("cpu-w256-d4-s128", W256_SHORT, True, W256_SEEDS),
-                                          ("cpu-w256-d4", W256_LONG, True, W256_SEEDS)):
-            a, b = _arms(preset)
-            out.append(Condition(name, axes_of(a.config()),
-                                 tuple(relative_effects(results, _at(a, rate), _at(b, rate), seeds).values()), held))
+                     tuple((two_rate(results, c) if rate is None else at_rate(results, c, rate)).values()), held)
+           for c, held in condition_cells(cells, rate)]
     return [c for c in out if c.n >= 2]
 
 

@@ -65,15 +65,17 @@ LADDERS = {"w64": {"cpu-w64-d4-s128": range(210, 218), "cpu-w64-d4": range(100, 
            "w128": {"cpu-w128-d4": range(100, 110), "cpu-w128-d4-s1097": range(300, 310)}}
 
 
-def condition_multiples(results) -> dict[str, dict]:
-    """{"<cell>@<rate>": multiple} for every factorial cell and rate, each on its shape's ladder at
+def condition_multiples(results, cells=CELLS) -> dict[str, dict]:
+    """{"<cell>@<rate>": multiple} for every factorial cell and rate, each on its ladder (Cell.ladder) at
     that rate (lengths with fewer than two baseline records left out)."""
     out = {}
-    for c in CELLS:
-        shape = c.name.split()[0]
+    for c in cells:
+        if c.ladder not in LADDERS:
+            raise ValueError(f"factorial: cell {c.name!r} reads the length ladder {c.ladder!r}, which is not one of "
+                             f"{', '.join(LADDERS)} (xsa/factorial/steps.py: LADDERS)")
         for lr, pair in c.pairs().items():
             ladder = {}
-            for preset, seeds in LADDERS[shape].items():
+            for preset, seeds in LADDERS[c.ladder].items():
                 arm = xsa_pair(preset, **FAST).a.with_(matrix_lr=lr)
                 values = bpb(results, arm, seeds)
                 if len(values) >= 2:

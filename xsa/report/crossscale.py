@@ -17,7 +17,7 @@ from xsa.gpu.cost import run_flops
 from xsa.stack.presets import make_config
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.published import PUBLISHED
-from xsa.studies.registry import SEED_PAPER
+from xsa.studies.registry import seed_paper_effect
 from xsa.studies.scale import HEADS_LEVELS, LENGTH_LEVELS
 from xsa.report.estimates import slug
 
@@ -47,10 +47,9 @@ def _published() -> list[dict]:
     presets hold for that shape (the seed paper's d12 and d24, nanochat's d14), or not stated."""
     rows = []
     for depth in ("d12", "d24"):
-        base, xsa = SEED_PAPER[depth]["base"]["val_bpb"], SEED_PAPER[depth]["xsa1"]["val_bpb"]
         rows.append(dict(source="the seed paper", what=depth, flops=run_flops(make_config(depth)),
-                         flops_how="from nanochat's recipe at that shape", effect=xsa / base - 1, runs_per_arm=1,
-                         metric="val bpb", differs="GPU, bf16; ClimbMix; one rate"))
+                         flops_how="from nanochat's recipe at that shape", effect=seed_paper_effect(depth),
+                         runs_per_arm=1, metric="val bpb", differs="GPU, bf16; ClimbMix; one rate"))
     p = PUBLISHED["nanochat_702"]
     d14 = make_config("d12-nanochat", n_layer=p["depth"], n_embd=64 * p["depth"], n_head=p["depth"] // 2,
                       n_kv_head=p["depth"] // 2)

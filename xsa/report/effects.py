@@ -20,6 +20,7 @@ from xsa.report import metrics as M
 from xsa.report.estimates import contrasted, fact, from_values, paired, slug
 from xsa.report.records import complete, curve, per_seed
 from xsa.runs.records import DIAGNOSTIC_METRICS
+from xsa.stats import relative_differences
 from xsa.studies.registry import Contrast, Paired, Sweep, Versus
 
 # the seeds the default study's precision rule looks at first, and that the power table reports
@@ -151,9 +152,8 @@ def gap_estimates(runs, pairs) -> dict:
         seeds = sorted(by_seed[p.a].keys() & by_seed[p.b].keys())
         series = {}
         for seed in seeds:
-            a, b = by_seed[p.a][seed], by_seed[p.b][seed]
-            for t in sorted(a.keys() & b.keys()):
-                series.setdefault(t, []).append((b[t] - a[t]) / a[t])
+            for t, d in relative_differences(by_seed[p.a][seed], by_seed[p.b][seed]).items():
+                series.setdefault(t, []).append(d)
         est[gap_key(p.name)] = fact(gap_key(p.name), len(seeds), "seeds", f"{p.name}: the paired seeds of the "
                                     "training-curve gap", "descriptive")
         for t in sorted(t for t in series if t > 0):

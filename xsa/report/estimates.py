@@ -65,6 +65,23 @@ class Estimate:
             return False
         return self.ci.defined and self.ci.excludes(0.0)
 
+    @property
+    def status(self) -> str:
+        """Its records against its declared pairs, as a table says it (records_status), or why it has none."""
+        return records_status(self.n, self.declared, self.reason or "not run")
+
+
+def records_status(n: int, declared: int, none: str = "not run", count_none: bool = False) -> str:
+    """The one status word of an estimate's records: "complete" where it has pairs and no fewer than
+    its study declares, "interim n/declared" where it has fewer, and `none` where it has none (why:
+    "not run", or its reason). With `count_none` a declared estimate with no pairs yet is "interim
+    0/declared" too (the robustness table's rows: "not run" is for a step its rule has not declared)."""
+    if n and n >= declared:
+        return "complete"
+    if n or (count_none and declared):
+        return f"interim {n}/{declared}"
+    return none
+
 
 def slug(name: str) -> str:
     """A comparison's name as a key: 'cpu-w64-d4 tuned T=256' -> 'cpu_w64_d4_tuned_t256'."""

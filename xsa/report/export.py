@@ -51,6 +51,22 @@ def html_with_mathml(html: str) -> str:
     return head + sep + to_mathml(body)
 
 
+# a table and its caption ("**Table N.** ...", the paragraph just above it) as one block: the print then never
+# ends a page with a caption whose table begins on the next (Chromium does not keep a paragraph's break-after:
+# avoid where the table's first rows do not fit); a long table flows on, its caption with its first rows
+_TABLE_CAPTION = re.compile(r"(<p><strong>Table [A-Z]?\d+\.</strong>.*?</p>\s*<table>.*?</table>)", re.S)
+LONG_TABLE = 7  # rows: a table this long may flow across pages (a shorter one never breaks: see the style)
+
+
+def tables_with_captions(html: str) -> str:
+    """The page with each table and its caption paragraph wrapped in one <div class="paper-table">, marked
+    `long` where the table has at least LONG_TABLE rows."""
+    def wrap(m):
+        long = m.group(1).count("<tr") - 1 >= LONG_TABLE
+        return f'<div class="paper-table{" long" if long else ""}">{m.group(1)}</div>'
+    return _TABLE_CAPTION.sub(wrap, html)
+
+
 # what papermill and the kernel stamp on a run that says nothing about its results
 _VOLATILE_PAPERMILL = ("start_time", "end_time", "duration")
 
@@ -190,7 +206,7 @@ def export_paper(executed: Path, paper_dir: Path, run_ids=None) -> dict:
     meta = {"metadata": {"name": paper_title(nb)}}  # the HTML's <title>, which the PDF keeps as its title
     html, _ = HTMLExporter(embed_images=True, template_name="paper", extra_template_basedirs=[str(TEMPLATES)],
                            **opts).from_notebook_node(figures_with_captions(nb), resources=meta)
-    atomic_write_text(paper_dir / "paper.html", html_with_mathml(html))
+    atomic_write_text(paper_dir / "paper.html", html_with_mathml(tables_with_captions(html)))
     md, res = MarkdownExporter(**opts).from_notebook_node(nb, resources={"output_files_dir": "paper_files"})
     atomic_write_text(paper_dir / "paper.md", md)
     written = set()

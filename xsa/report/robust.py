@@ -24,7 +24,7 @@ from xsa.archive import ARCHIVE
 from xsa.report.archive import archived_list, archived_rows
 from xsa.stack.config import scaling_params
 from xsa.report.declared import ROBUST_KEYS, archive_estimates, robust_estimates
-from xsa.report.estimates import SEQ_LENS, slug
+from xsa.report.estimates import SEQ_LENS, records_status, slug
 from xsa.report.integrity import RecordError, check_present
 from xsa.report.records import load_runs, per_seed
 from xsa.report.rows import effect_row, minute, not_run_row
@@ -139,19 +139,11 @@ def recipe_rows(study, runs, est) -> list[dict]:
     return rows
 
 
-def _status(row) -> str:
-    if row.get("status"):
-        return row["status"]
-    if row["n"] < row["declared"]:
-        return f"interim {row['n']}/{row['declared']}"
-    return "complete" if row["n"] else "not run"
-
-
 def robustness_rows(study, robust, runs, robust_runs, est, robust_est) -> list[dict]:
     """Every row, the recipe-LR study's first; each with its status (complete, interim, not run)."""
     rows = recipe_rows(study, runs, est) + robust_rows(robust, robust_runs, robust_est)
-    for r in rows:
-        r["status"] = _status(r)
+    for r in rows:  # a row whose step is not declared yet says why already (not_run_row)
+        r["status"] = r.get("status") or records_status(r["n"], r["declared"], count_none=True)
     return rows
 
 

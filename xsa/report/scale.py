@@ -26,12 +26,12 @@ from xsa.studies.predict import (ANCHORS, D12_HALF_WIDTH, GPU_PAIR_SD, TARGETS, 
 from xsa.stack.presets import make_config, scaling_params
 from xsa.runs.records import read_json, records_without
 from xsa.report.crossscale import cross_scale_rows, cross_scale_table, fig_cross_scale
-from xsa.report.estimates import Estimate, as_dict, fact, per_seed_slopes, slug
+from xsa.report.estimates import Estimate, as_dict, fact, per_seed_slopes, records_status, slug
 from xsa.report.figures import FULL, new_figure, save_figure
 from xsa.report.integrity import RecordError, check_present
 from xsa.report.scale_check import check_book, check_conditions, keys as check_keys
 from xsa.report.scale_gates import GATES, gate_facts, gate_map, gate_strength, gate_table
-from xsa.stats import holm, mean_ci, t_pvalue, _t_two_sided
+from xsa.stats import holm, mean_ci, relative_differences, t_pvalue, _t_two_sided
 from xsa.report.verdicts import ANCHOR_KEYS, registered, scale_verdicts
 from xsa.studies.registry import get_study, seed_paper_effect
 from xsa.studies.scale import (CHECKS, D12_RATE_FACTORS, D12_TEST, HEADS_LEVELS, LENGTH_LEVELS, LEVELS, PRECISION_X4,
@@ -52,8 +52,7 @@ def _estimate(name: str, c: Condition, declared: int, **more) -> dict:
     ci = st["ci"]
     return dict(key=name, value=st["mean"], lo=ci.lo, hi=ci.hi, n=c.n, declared=declared,
                 p=t_pvalue(st["mean"], st["sd"], c.n), heads=c.heads, tokens_per_param=c.tokens_per_param,
-                seq_len=c.seq_len, status=("complete" if c.n and c.n >= declared else
-                                           f"interim {c.n}/{declared}" if c.n else "not run"), **more)
+                seq_len=c.seq_len, status=records_status(c.n, declared), **more)
 
 
 def _used(results: Path, pair, seeds) -> list[str]:
@@ -116,12 +115,8 @@ def heterogeneity(f) -> dict:
 
 def _diffs(results: Path, pair, seeds) -> dict[int, float]:
     """{seed: relative difference} where both runs of the seed have finished records."""
-    out = {}
-    for s in seeds:
-        a, b = final_bpb(results, pair.a.run(s)), final_bpb(results, pair.b.run(s))
-        if a is not None and b is not None:
-            out[s] = (b - a) / a
-    return out
+    return relative_differences({s: final_bpb(results, pair.a.run(s)) for s in seeds},
+                                {s: final_bpb(results, pair.b.run(s)) for s in seeds})
 
 
 def _contrast(results: Path, study, name: str) -> dict:
@@ -392,10 +387,8 @@ def scale_table(book: dict[str, Estimate], results: Path) -> list[dict]:
                                                           "T=1024")]
     checked = [(f"{c.key}: {n}", book[k]) for c in CHECKS for n, k in check_keys(c).items()]
     for name, e in (*entries, *checked):
-        status = ("complete" if e.declared and e.n >= e.declared else f"interim {e.n}/{e.declared}" if e.n
-                  else e.reason or "not run")
         rows.append(dict(level=name, family=e.family, n=e.n, declared=e.declared, rel=e.value, rel_ci95=e.ci,
-                         p_holm=e.p_holm, status=status, first_record=_first_record(Path(results), e.runs)))
+                         p_holm=e.p_holm, status=e.status, first_record=_first_record(Path(results), e.runs)))
     return rows
 
 

@@ -23,12 +23,14 @@ from pathlib import Path
 
 from xsa.studies.rules import final_bpb
 from xsa.studies.predict import condition, model_conditions
-from xsa.report.estimates import Estimate, fact
+from xsa.report.estimates import Estimate, fact, slug
 from xsa.stats import holm, mean_ci, relative_differences, t_pvalue
 from xsa.studies.registry import get_study
 from xsa.studies.scale import RateCheck
 
 ESTIMATES = ("common_xsa_rate", "base_rates", "common_base_rate", "xsa_rates")  # in the order of its comparisons
+# a level whose arms have one rate is its own check (xsa/studies/scale.py: RateCheck): nothing else to compare
+ONE_RATE = "both arms of the level have one rate: its own pair is the check, with no other rate to compare"
 
 
 def keys(check: RateCheck) -> dict[str, str]:
@@ -57,7 +59,9 @@ def _paired(key: str, results: Path, a, b, definition: str, check: RateCheck) ->
 
 
 def _arms(study) -> dict:
-    """The check's four arms: each arm at its own selected rate and at the other arm's."""
+    """The check's four arms: each arm at its own selected rate and at the other arm's (at one rate, its two)."""
+    if not study.comparisons:
+        return {"base_own": study.main[0].a, "xsa_own": study.main[0].b}
     common_xsa, base_rates, common_base, _ = (*study.main, *study.comparisons)
     return {"base_own": base_rates.a, "base_other": common_xsa.a, "xsa_own": common_xsa.b, "xsa_other": common_base.b}
 
@@ -83,8 +87,9 @@ def check_book(results: Path, check: RateCheck) -> dict[str, Estimate]:
     for c in (*study.main, *study.comparisons):
         book[named[c.name]] = _paired(named[c.name], results, c.a, c.b, f"{c.name}: `{c.b.name}` minus `{c.a.name}` "
                                       f"in final val bpb, relative, paired by seed (seeds {_span(check)})", check)
-    for key, adjusted in zip(named.values(), holm([book[e].p for e in named.values()])):
+    for key, adjusted in zip(list(book), holm([e.p for e in book.values()])):  # over those it has
         book[key] = replace(book[key], p_holm=adjusted)
+    book.update({e: Estimate(e, None, family=family(check), reason=ONE_RATE) for e in named.values() if e not in book})
     arms = _arms(study)
     for name, arm in arms.items():
         bpb = _bpb(results, arm, check.seeds)
@@ -93,9 +98,10 @@ def check_book(results: Path, check: RateCheck) -> dict[str, Estimate]:
             f"{k}_sd_{name}", st["sd"], n=st["n"], unit="val bpb", metric="val_bpb", family="descriptive",
             runs=tuple(arm.run(s).run_id for s in bpb), reason="" if st["sd"] is not None else "not run",
             definition=f"`{arm.name}`: the SD of final val bpb between the check's seeds ({_span(check)})")
-    book[f"{k}_better_rates"] = better_rates(results, arms, check)
+    book[f"{k}_better_rates"] = (better_rates(results, arms, check) if study.comparisons else
+                                 Estimate(f"{k}_better_rates", None, family="descriptive", reason=ONE_RATE))
     level = get_study("scale", results).comparison(check.level)  # its registered first pairs are the check's
-    registered = f"{k}_{check.label}_registered"
+    registered = f"{k}_{slug(check.label)}_registered"
     book[registered] = replace(_paired(
         registered, results, level.a, level.b, f"{check.level} at each arm's selected rate on its registered first "
         f"{len(check.seeds)} seeds ({_span(check)}), before its precision rule added seeds: relative, paired by seed",

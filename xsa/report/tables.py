@@ -20,6 +20,7 @@ from xsa.runs.records import atomic_write_text
 from xsa.report.metrics import effect_metrics, main_metrics, relative
 from xsa.report.effects import DIAG_KEYS, contrast_name, key
 from xsa.report.records import _scalar, by_arm, complete, metric, per_seed
+from xsa.report.verdicts import seed_paper_change, side
 from xsa.studies.registry import SEED_PAPER
 from xsa.stats import Interval, mean_ci, seeds_for_half_width, seeds_needed
 
@@ -181,12 +182,10 @@ def main_table(runs, pairs, est) -> list[dict]:
         for variant, nums in arms.items():
             row = dict(source="theirs (seed paper)", scale=f"{depth} (GPU, theirs)",
                        arm="baseline" if variant == "base" else "XSA a=1", n=1)
-            base = arms["base"]
             for k in main_metrics():  # the metric table says which, in which order
                 row[k], row[f"{k}_ci95"] = nums.get(k), Interval(None, None)
                 if relative(k):
-                    row[f"{k}_rel"] = ((nums[k] - base[k]) / abs(base[k]) if variant == "xsa1" and k in nums
-                                       else None)
+                    row[f"{k}_rel"] = seed_paper_change(depth, k) if variant == "xsa1" else None
             rows.append(row)
     return rows
 
@@ -245,8 +244,7 @@ def diagnostics_effects_table(runs, pairs, keys, est) -> list[dict]:
                 rows.append(dict(comparison=p.name, metric=k, layer=i, n=d.n,
                                  baseline=mean_ci(per_seed(runs, p.a, name).values())["mean"],
                                  xsa=mean_ci(per_seed(runs, p.b, name).values())["mean"], d=d.value, d_ci95=d.ci,
-                                 direction=("higher" if d.lo > 0 else "lower" if d.hi < 0 else "includes 0")
-                                 if d.ci.defined else "n/a"))
+                                 direction=side(d)))
     return rows
 
 

@@ -17,11 +17,18 @@ A study whose registration marks it final (xsa/studies/kinds.py: Study.final) ha
 
     book.update(scale_verdicts(book, seed_effect))   # the scale study's verdicts
     est["final"] = registered(study)                 # every study's registration flag
+
+The tables' own decisions are made here too, so no table function decides one itself:
+
+    side(e)                          # higher, lower or includes 0: the diagnostics effects table's word
+    seed_paper_change(depth, metric) # the seed paper's change, beside ours in the main table
 """
 
 from __future__ import annotations
 
 from xsa.report.estimates import Estimate, fact
+from xsa.stats import relative
+from xsa.studies.registry import SEED_PAPER
 
 # each kind of verdict and its outcomes, in the order its rule tries them
 OUTCOMES = {
@@ -93,6 +100,22 @@ def anchors(key: str, e: Estimate, values) -> Estimate:
     return _verdict(key, "anchors", outcome, f"where the {len(values)} larger-scale results (anchor_*) lie against "
                     f"the 95% interval of {e.key}: inside where every one is within it, outside where none is, "
                     "else partly outside", e)
+
+
+def side(e: Estimate) -> str:
+    """Where an effect's 95% interval lies against zero, in the diagnostics effects table's words: higher
+    (above), lower (below), includes 0, or n/a without an interval (no Holm family: a description)."""
+    if not e.ci.defined:
+        return "n/a"
+    return "higher" if e.lo > 0 else "lower" if e.hi < 0 else "includes 0"
+
+
+def seed_paper_change(depth: str, metric: str) -> float | None:
+    """The seed paper's change at `depth` in `metric`, XSA against its baseline relative to the baseline
+    (one run an arm, as the paper reports them: xsa/studies/registry.py, SEED_PAPER); None where it
+    reports no such number."""
+    arms = SEED_PAPER[depth]
+    return relative(arms["base"].get(metric), arms["xsa1"].get(metric))
 
 
 def scale_verdicts(book: dict, seed_effect: float) -> dict[str, Estimate]:

@@ -160,11 +160,13 @@ class RateCheck:
     """A check of one level of the scale study, registered after that level's records and before its
     own runs: each arm also trained at the other arm's selected matrix LR on the level's first pairs, so
     that both arms meet at either common rate and each arm's two rates are compared on seeds that did not
-    select them. A new check is one entry of CHECKS; its registration (`python -m xsa.prereg --study
-    NAME`) is committed before its first run, and its estimates are the `<key>_*` entries of
-    results/estimates/scale.json."""
+    select them. Where both arms of the level selected one rate (or share one by the study's rules) that
+    pair is already at the common rate: the check trains nothing, its one comparison is the level's own
+    pair on its seeds, and it is whole once their records exist. A new check is one entry of CHECKS; its
+    registration (`python -m xsa.prereg --study NAME`) is committed before its first run, and its
+    estimates are the `<key>_*` entries of results/estimates/scale.json."""
     name: str  # the study's name
-    level: str  # the scale study's level it checks ("length x4")
+    level: str  # the scale study's level it checks ("length x4"), as the scale study names it
     preset: str  # that level's preset
     key: str  # its estimates' prefix in the scale study's book ("check")
     seeds: range = PAIRS  # the level's first pairs
@@ -173,42 +175,53 @@ class RateCheck:
 
     @property
     def label(self) -> str:
-        return self.level.split()[-1]  # "x4"
-
-    @property
-    def scale(self) -> str:
-        return f"CPU scale (2-core CPU, fp32, compiled; {describe_level(self.preset)}; not d12/d24)"
+        return self.level.removeprefix("length ")  # "x4", "heads 8"
 
     @property
     def order(self) -> tuple[str, str, str, str]:
-        """Its four comparisons, in the order its registration lists them."""
+        """Its four comparisons, in the order its registration lists them (at one rate, the first alone)."""
         x = self.label
         return (f"{x}, both at XSA's rate", f"{x} baseline, XSA's rate against its own",
                 f"{x}, both at the baseline's rate", f"{x} XSA, the baseline's rate against its own")
 
+    def tuned(self, results: Path) -> Paired | None:
+        """The level as the scale study has declared it (each arm at the rate its rules gave it), or None
+        while they have not (its bracket, or the one it borrows, has not selected)."""
+        scale = scale_study(results)
+        if self.level in scale.pending:
+            return None
+        level = scale.comparison(self.level)  # a KeyError names a level the study does not have
+        if not isinstance(level, Paired) or level.a.preset != self.preset:
+            raise ValueError(f"{self.name}: the scale study's level {self.level!r} is not one pair at preset "
+                             f"{self.preset!r}")
+        return level
+
     def study(self, results: Path) -> Study:
         """The baseline at XSA's selected rate first, then XSA at the baseline's (a pair each seed);
-        nothing is declared before the level's bracket has selected, nor where both arms selected one
-        rate (the level is then its own check)."""
-        level = xsa_pair(self.preset, **FAST)
-        _, lrs = _bracket(results, level)
-        if not lrs or lrs[0] == lrs[1]:
-            return Study(name=self.name, scale=self.scale, runs=(), main=(), pending=self.order, final=self.final)
-        (lr_base, lr_xsa), (base, xsa) = lrs, level.arms()
-        tuned_base, tuned_xsa = base.with_(matrix_lr=lr_base), xsa.with_(matrix_lr=lr_xsa)
-        base_at_xsa, xsa_at_base = base.with_(matrix_lr=lr_xsa), xsa.with_(matrix_lr=lr_base)
-        first = Paired(self.order[0], base_at_xsa, tuned_xsa)
-        pairs = (first, Paired(self.order[1], tuned_base, base_at_xsa),
-                 Paired(self.order[2], tuned_base, xsa_at_base), Paired(self.order[3], tuned_xsa, xsa_at_base))
+        nothing is declared before the level has been declared. Where both arms have one rate the level's
+        own pairs on the check's seeds are its runs and its one comparison (nothing pending)."""
+        level = self.tuned(results)
+        if level is None:
+            return Study(name=self.name, scale=self._scale(make_config(self.preset)), runs=(), main=(),
+                         pending=self.order, final=self.final)
+        tuned_base, tuned_xsa = level.arms()
+        lr_base, lr_xsa = _lr(tuned_base), _lr(tuned_xsa)
+        base_at_xsa, xsa_at_base = tuned_base.with_(matrix_lr=lr_xsa), tuned_xsa.with_(matrix_lr=lr_base)
+        first = Paired(self.order[0], base_at_xsa, tuned_xsa)  # at one rate: the level's own pair
+        pairs = (Paired(self.order[1], tuned_base, base_at_xsa), Paired(self.order[2], tuned_base, xsa_at_base),
+                 Paired(self.order[3], tuned_xsa, xsa_at_base)) if lr_base != lr_xsa else ()
         runs = [base_at_xsa.run(s) for s in self.seeds] + [xsa_at_base.run(s) for s in self.seeds]
-        return Study(name=self.name, scale=self.scale, runs=unique_runs(runs), main=(first,),
-                     comparisons=pairs[1:], primary=first.name, core_arms=(), estimate_from=ESTIMATE_FROM,
+        return Study(name=self.name, scale=self._scale(tuned_base.config()), runs=unique_runs(runs), main=(first,),
+                     comparisons=pairs, primary=first.name, core_arms=(), estimate_from=ESTIMATE_FROM,
                      diagnostics=dict(batch_size=8, batches=2), preregistered=self.preregistered, final=self.final)
 
+    @staticmethod
+    def _scale(cfg) -> str:
+        return f"CPU scale (2-core CPU, fp32, compiled; {describe_level(cfg)}; not d12/d24)"
 
-def describe_level(preset: str) -> str:
-    """'one head of 64, 13.7 tokens per parameter': the shape and training length a check runs at."""
-    cfg = make_config(preset)
+
+def describe_level(cfg) -> str:
+    """'one head of 64, 13.7 tokens per parameter': the shape and training length of a level's config."""
     heads = {1: "one head", 2: "two heads", 4: "four heads", 8: "eight heads"}.get(cfg.model.n_head, f"{cfg.model.n_head} heads")
     return f"{heads} of {cfg.model.n_embd // cfg.model.n_head}, {cfg.num_tokens / scaling_params(cfg.model):.1f} tokens per parameter"
 
