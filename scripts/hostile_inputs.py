@@ -91,7 +91,9 @@ def input_paper_cases(env: Env) -> list:
     v = ("clear" if built else "unclear") if res.returncode == 0 else judge_error(res, "gpu.json")
     out.append(("inputs", "an estimates file of another study damaged (a JSON list)",
                 "unclear" if v == "clear" and res.returncode and built else v, res.returncode, tail(res)))
-    # asked for on purpose: a robust-study run left out, an interim paper
+    # asked for on purpose: a robust-study run left out, an interim paper. The robust study is registered
+    # final (its text states it whole), so the right answer is either a paper that says so or a refusal,
+    # before anything is written, that names the run's folder
     for name, extra, said in (("--leave-out of a robust-study run", ("--leave-out", ROBUST_RUN),
                                f"{ROBUST_RUN} is left out by choice"),
                               ("--interim while a robust-study run is missing", ("--interim",), "interim")):
@@ -99,7 +101,8 @@ def input_paper_cases(env: Env) -> list:
         shutil.rmtree(case / "results" / "runs" / ROBUST_RUN)
         res = paper(env, case, *extra)
         md = (case / "paper" / "paper.md").read_text() if (case / "paper" / "paper.md").exists() else ""
-        out.append(("inputs", name, "clear" if res.returncode == 0 and said in md else
+        refused = res.returncode != 0 and ROBUST_RUN in res.stderr + res.stdout
+        out.append(("inputs", name, "clear" if (res.returncode == 0 and said in md) or refused else
                     ("unclear" if res.returncode else "silent"), res.returncode, tail(res)))
     return out
 

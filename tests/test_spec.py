@@ -147,7 +147,7 @@ def test_a_learnable_xsa_gate_is_a_config_field_a_parameter_and_an_adamw_group(s
     group = next(g for g in adamw.param_groups if g["name"] == "xsa_gate")
     assert group["params"] == gates and group["betas"] == (0.8, 0.95)
     train(run.config(), tmp_path / run.run_id, data_dir=smoke_data, max_steps=3, progress=False)
-    from xsa.stack.checkpoint import load_model
+    from xsa.runs.load import load_model
     trained, _, _ = load_model(tmp_path / run.run_id)
     assert not torch.equal(trained.blocks[0].attn.xsa_gate.detach(), torch.full((2,), 0.5))  # it learns
 

@@ -1,4 +1,5 @@
-"""The training loop (xsa/train.py), checkpoints (xsa/stack/checkpoint.py) and bits per byte (xsa/stack/bpb.py):
+"""The training loop (xsa/train.py), checkpoints (xsa/stack/checkpoint.py), loading a trained run folder
+(xsa/runs/load.py) and bits per byte (xsa/stack/bpb.py):
 checks (e), (g), (h), (i) of the validation stage, plus bad-input errors. All on the smoke preset."""
 
 import hashlib
@@ -12,6 +13,7 @@ import torch
 
 import xsa.stack.attention
 import xsa.stack.model
+from xsa.runs.load import load_model
 from xsa.stack import checkpoint
 from xsa.stack.config import ConfigError
 from xsa.stack.presets import make_config
@@ -235,7 +237,7 @@ def test_metrics_ema_and_step_convention(smoke_data, tmp_path):
     assert read_json(tmp_path / "r" / "provenance.json")["config_hash"] == cfg.config_hash()
     assert read_json(tmp_path / "r" / "config.json")["data_dir"] == str(smoke_data)
     # the final weights' hash is the hash of the saved model
-    model, tok, cfg2 = checkpoint.load_model(tmp_path / "r")
+    model, tok, cfg2 = load_model(tmp_path / "r")
     assert cfg2 == cfg and tok.vocab_size == cfg.model.vocab_size
     assert checkpoint.weights_sha256(model.state_dict()) == summary["final_weights_sha256"]
 
@@ -389,7 +391,7 @@ def test_flipped_bit_in_a_checkpoint_is_caught(smoke_data, tmp_path):
     with pytest.raises(ValueError, match="state.pt.*CRC"):
         run(cfg, out, smoke_data, resume=True)
     with pytest.raises(ValueError, match="model.pt.*CRC"):
-        checkpoint.load_model(out)
+        load_model(out)
 
 
 def test_missing_state_never_restarts_a_trained_run(smoke_data, tmp_path):
@@ -441,7 +443,7 @@ def test_existing_folder_resume_mismatch_and_vocab(smoke_data, tmp_path, monkeyp
     with pytest.raises(ConfigError, match="vocab_size"):
         run(cfg, out, smoke_data, resume=True)
     with pytest.raises(ConfigError, match="vocab_size"):
-        checkpoint.load_model(out)
+        load_model(out)
     assert files_digest(out) == before  # nothing was touched
     monkeypatch.undo()
     # --overwrite replaces the run
@@ -456,7 +458,7 @@ def test_corrupt_checkpoint_names_the_file(smoke_data, tmp_path):
     for path in (checkpoint.model_path(out), checkpoint.state_path(out)):
         path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(ValueError, match="model.pt"):
-        checkpoint.load_model(out)
+        load_model(out)
     with pytest.raises(ValueError, match="state.pt"):
         run(cfg, out, smoke_data, resume=True)
 

@@ -37,7 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from xsa.stack.checkpoint import load_model, run_data_dir, weights_sha256
+from xsa.runs.load import load_model, run_data_dir
+from xsa.stack.checkpoint import weights_sha256
 from xsa.stack.common import autodetect_device, device_name
 from xsa.data.loader import val_batches
 from xsa.data.shards import check_files

@@ -24,9 +24,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # one run: its name, its config and its output paths
     ("runs", ("xsa.stack.spec", "xsa.runs.layout")),
     # the model and its attention, the optimizer, one training step, the loop's bookkeeping, checkpoints, a
-    # run folder's checks, the data
+    # run folder's checks, loading a trained run folder, the data
     ("compute", ("xsa.stack.model", "xsa.stack.attention", "xsa.stack.kvcache", "xsa.stack.optim", "xsa.stack.step",
-                 "xsa.stack.timers", "xsa.stack.checkpoint", "xsa.runs.runlog", "xsa.data", "xsa.data.*")),
+                 "xsa.stack.timers", "xsa.stack.checkpoint", "xsa.runs.runlog", "xsa.runs.load", "xsa.data",
+                 "xsa.data.*")),
     # the kinds of study and comparison, and the rules of an adaptive study
     ("study kinds", ("xsa.studies.kinds", "xsa.studies.rules")),
     # the studies as data

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from xsa.stack.checkpoint import run_data_dir
+from xsa.runs.load import run_data_dir
 from xsa.stack.config import RECORD_EXTRAS, TrainConfig, dict_hash
 from xsa.data import ensure_data
 from xsa.data.build import COMPLETE

@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from xsa.runs.load import checked_tokenizer
 from xsa.stack import checkpoint as ckpt
 from xsa.stack.bpb import evaluate_bpb
 from xsa.stack.common import autodetect_device, device_name, dist_info, print0
@@ -174,7 +175,7 @@ def _open_run(ctx: RunContext):
     if ctx.rank != 0:
         data_dir = ensure_data(cfg.data, data_dir=data_dir, verify=False)
     data_dir = Path(data_dir)
-    return saved, data_dir, ckpt.checked_tokenizer(data_dir, cfg, "the config")
+    return saved, data_dir, checked_tokenizer(data_dir, cfg, "the config")
 
 
 def _start_log(ctx: RunContext, saved, step: int) -> None:

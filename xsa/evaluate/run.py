@@ -8,7 +8,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from xsa.stack.checkpoint import load_model, weights_sha256
+from xsa.runs.load import load_model
+from xsa.stack.checkpoint import weights_sha256
 from xsa.stack.common import autodetect_device, device_name
 from xsa.data.bundle import load_bundle, resolve_bundle
 from xsa.evaluate.chat import evaluate_chatcore

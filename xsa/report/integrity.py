@@ -235,8 +235,8 @@ def unwhole_problems(estimates: dict, results_dir, leave_out=()) -> list[str]:
         if flag is None or not flag.value or not (lacking := missing(est)):
             continue
         runs = (get_study(name, results_dir).runs if name in registry.STUDIES else ())
-        gone = [r.run_id + (" (left out)" if r.run_id in leave_out else "") for r in runs
-                if r.run_id in leave_out or not ledger.finished(results_dir, r.run_id)]
+        gone = [str(Path(results_dir) / "runs" / r.run_id) + (" (left out)" if r.run_id in leave_out else "")
+                for r in runs if r.run_id in leave_out or not ledger.finished(results_dir, r.run_id)]  # its folder
         out.append(f"study {name!r} is registered final (its text states it whole, with no interim reading), but "
                    f"its estimates lack: {'; '.join(lacking)}" + (f"; its runs without a record: {_few(gone)}"
                                                                   if gone else ""))
