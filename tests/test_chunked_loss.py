@@ -9,7 +9,7 @@ import xsa.stack.loss
 from xsa.stack.config import ConfigError, TrainConfig
 from xsa.stack.presets import make_config
 from xsa.stack.model import GPT
-from xsa.runs.records import REPO_ROOT, read_json
+from xsa.base.records import REPO_ROOT, read_json
 from xsa.stack.spec import Run
 from xsa.stack.step import Step
 

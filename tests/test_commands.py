@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 
 COMMAND = re.compile(r"python -m (xsa(?:\.\w+)*)((?: [a-z]+)?)")
 

@@ -5,9 +5,9 @@ those that contrast XSA with none at equal steps and whose FLOPs are known drawn
 import pytest
 
 from xsa.report.crossscale import cross_scale_rows, cross_scale_table, fig_cross_scale
-from xsa.report.published import PUBLISHED
-from xsa.report.scale import scale_book
-from xsa.runs.records import REPO_ROOT
+from xsa.books.published import PUBLISHED
+from xsa.books.scale import scale_book
+from xsa.base.records import REPO_ROOT
 from xsa.studies.registry import SEED_PAPER, get_study
 
 

@@ -19,7 +19,7 @@ from xsa.data.loader import TokenLoader, val_batches
 from xsa.data.shards import check_files, segments
 from xsa.data.sources import DataError
 from xsa.data.tokenizer import Tokenizer
-from xsa.stack.common import cache_dir
+from xsa.base.common import cache_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # a made-up bundle shipped with the tests (two tasks, a few items, the real layout): the build's

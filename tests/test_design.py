@@ -5,7 +5,7 @@ is narrow enough or the maximum is reached, and the study declares each step onc
 import math
 
 from xsa.studies.rules import LRRule, PrecisionRule, final_bpb
-from xsa.runs.records import atomic_write_json
+from xsa.base.records import atomic_write_json
 from xsa.stack.spec import Arm
 from xsa.studies.registry import PICK, PICK_HEADS, PRECISION, get_study
 

@@ -218,7 +218,7 @@ def test_cli_names_a_missing_run(tmp_path, capsys):
 def test_notebook_is_stored_clean_and_runs(tiny_run, tmp_path):
     import nbformat
     import papermill as pm
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     path = REPO_ROOT / "notebooks" / "03_diagnostics.ipynb"
     nb = nbformat.read(str(path), as_version=4)
     assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)

@@ -388,7 +388,7 @@ def _zip_bundle(tmp_path) -> Path:
 
 def test_download_unpacks_once_and_checks_the_checksum(tmp_path, monkeypatch):
     from xsa.data.bundle import download_bundle
-    from xsa.runs.records import sha256_file
+    from xsa.base.records import sha256_file
     zpath = _zip_bundle(tmp_path)
     monkeypatch.setenv("XSA_EVAL_BUNDLE_SHA256", "0" * 64)
     with pytest.raises(BundleError, match="sha256"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 
 MISSING = "<tmp>/a-file/x"  # under a regular file: nothing can create it, not even root
 WRONG = {int: "1.5x", float: "nan-ish"}  # a value no int or float parser takes

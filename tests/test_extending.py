@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from xsa import prereg, validation
-from xsa.layers import LAYERS, layer_of
-from xsa.report import run_schemas, schemas, verdicts
-from xsa.report.metrics import METRICS, Metric
-from xsa.runs.records import REPO_ROOT
+from xsa.layers import floor_of
+from xsa.checks import run_schemas, schemas
+from xsa.books import verdicts
+from xsa.checks.metrics import METRICS, Metric
+from xsa.base.records import REPO_ROOT
 from xsa.stack import attention, config, model, optim, spec
 from xsa.stack.config import GPTConfig, TrainConfig
 from xsa.stack.presets import make_config
@@ -26,6 +27,7 @@ from xsa.train import parser, run_of_args
 
 from test_house_rules import LAZY_REASONS, MAX_FUNCTION_LINES, MAX_MODULE_LINES
 from test_model import running_mean
+from test_wings import MAX_WING_FILES
 
 
 def table_rows() -> dict[str, tuple[str, str]]:
@@ -115,7 +117,7 @@ def test_a_variant_that_reads_other_tokens_is_off_by_what_the_row_says(monkeypat
 def test_a_learnable_parameter_reaches_its_adamw_group_through_the_files_named():
     """xsa_gate and attn_sink, each a vector per layer: the field and its AdamW betas and decay
     (config), the parameter (attention), its group (model), its rate (optim), its label (spec) and its
-    schema (report/run_schemas)."""
+    schema (checks/run_schemas)."""
     for field, arm in (("xsa_gate", dict(xsa_alpha=0.5, xsa_gate=True)), ("attn_sink", dict(attn_sink=True))):
         cfg = make_config("smoke", **arm)
         gpt = model.GPT(cfg.model)
@@ -146,7 +148,7 @@ def test_every_attention_field_names_its_arm(monkeypatch):
 
 def test_each_arm_of_the_sink_study_from_config_to_run_label_and_records():
     """The sink study's arms, each from its config to its run id (and back), its config record (the
-    schema of report/run_schemas.py), its arm's fields in the diagnostics record (report/schemas.py), the
+    schema of checks/run_schemas.py), its arm's fields in the diagnostics record (checks/schemas.py), the
     model it builds (the gate a block matrix, the sink a vector) and a validation check of its own."""
     arms = {r.arm.name: r for r in sink_study().runs}
     mechanisms = {"attngate": "attn_gate", "sink": "attn_sink"}
@@ -173,13 +175,13 @@ def test_each_arm_of_the_sink_study_from_config_to_run_label_and_records():
 # --- a registered study with its own analysis code --------------------------------------------------
 
 @pytest.mark.parametrize("study,package", [("sink", "xsa.studies.sink"), ("optimizer", "xsa.studies.optimizer"),
-                                           ("factorial", "xsa.factorial.")])
+                                           ("factorial", "xsa.studies.factorial.")])
 def test_every_study_with_analysis_code_has_its_modules_and_registrations(study, package, capsys):
     modules = ([f"{package}design", f"{package}analysis", f"{package}prereg"] if package.endswith(".")
                else [package, f"{package}_analysis", f"{package}_prereg"])
     for name in modules:
         importlib.import_module(name)
-        assert layer_of(name) is not None, name
+        assert floor_of(name) is not None, name
     assert study in registry.STUDIES and study in prereg.DOCUMENTS
     assert registry.get_study(study).name == study
     with pytest.raises(SystemExit):  # python -m xsa.prereg --study NAME takes it: the refusal lists it
@@ -236,9 +238,9 @@ def test_the_module_rules_the_table_states_are_the_house_rules():
     files = row("a new module")[0]
     assert f"over {MAX_MODULE_LINES} lines" in files and f"function over {MAX_FUNCTION_LINES}" in files
     assert all(f"# lazy: {reason}" in files for reason in LAZY_REASONS)
-    assert layer_of("xsa.stack.not_placed") is None  # a module in no layer: an error of the house rules
-    placed = {p for _, patterns in LAYERS for p in patterns}
-    assert {"xsa.stack.attention", "xsa.stack.timers"} <= placed
+    assert f"more than {MAX_WING_FILES} files" in files
+    assert floor_of("xsa.not_placed") is None  # a wing on no floor: an error of the house rules
+    assert floor_of("xsa.stack.attention") == floor_of("xsa.stack.timers") == floor_of("xsa.stack")  # a module of a wing
 
 
 # --- a new evaluation metric ------------------------------------------------------------------------

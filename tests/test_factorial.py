@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from xsa.factorial import analysis as A
-from xsa.factorial import models as M
-from xsa.factorial.design import CELLS, CONTRASTS, RATES, Cell, factorial_study, ordered_runs
-from xsa.factorial.steps import condition_multiples, steps_to_reach
+from xsa.studies.factorial import analysis as A
+from xsa.studies.factorial import models as M
+from xsa.studies.factorial.design import CELLS, CONTRASTS, RATES, Cell, factorial_study, ordered_runs
+from xsa.studies.factorial.steps import condition_multiples, steps_to_reach
 from xsa.studies.registry import get_study
 from xsa.studies.kinds import xsa_pair
 
@@ -74,7 +74,7 @@ def test_the_design_is_four_cells_at_two_common_rates_on_shared_seeds():
 
 # The run ids the registered design declares, in training order (4 cells x 2 rates x 2 arms x 10 seeds),
 # as (count, sha256 of the ids joined by newlines), read off the design when its records were committed:
-# the study is pre-registered, so a change to xsa/factorial/design.py that changes a run, or the order
+# the study is pre-registered, so a change to xsa/studies/factorial/design.py that changes a run, or the order
 # they train in, fails here before it reaches a record.
 REGISTERED_RUNS = (160, "810125844633f6a6b15c11f20196f0f7dc6be5a188903712d128805cf2a6c60f")
 
@@ -183,7 +183,7 @@ def test_the_estimates_carry_each_cells_steps_multiple(tmp_path):
     """The factorial estimates hold the steps multiple of every cell at every rate, with its interval
     (planted: the baseline loses 0.1 bpb per doubling of steps, XSA gains 0.6% at 384 steps: the
     baseline needs 2**(2.0 * 0.006 / 0.1) = 1.087 times the steps at w64 short)."""
-    from xsa.report.factorial import factorial_book
+    from xsa.books.factorial import factorial_book
     _plant(tmp_path, steps_account, noise=0.0)
     book = factorial_book(tmp_path)
     keys = [k for k in book if k.endswith("_steps_multiple")]
@@ -206,7 +206,7 @@ def test_the_registration_is_written_once(tmp_path):
 
 
 def test_the_d12_rule_can_reject_the_cpu_statement_either_way():
-    from xsa.factorial.d12 import verdict
+    from xsa.studies.factorial.d12 import verdict
     cpu = (-0.03, -0.004)
     assert verdict((-0.003, -0.001), cpu) == "rejected"  # smaller than stated: wholly above U
     assert verdict((-0.05, -0.04), cpu) == "rejected"  # larger than stated: wholly below L
@@ -219,7 +219,7 @@ def test_the_d12_rule_can_reject_the_cpu_statement_either_way():
 
 @pytest.mark.parametrize("n", [4, 16])  # the precision rule's first seed count and its most
 def test_the_d12_rule_rejects_a_correct_cpu_model_at_most_a_tenth_of_the_time_and_a_wrong_one_often(n):
-    from xsa.factorial.d12 import error_rate
+    from xsa.studies.factorial.d12 import error_rate
     from xsa.studies.predict import GPU_PAIR_SD
     cpu, df = (-0.0274, -0.0011), 3  # the factorial's steps interval, t on 3 degrees of freedom
     for truth, dof in (("model", df), ("model", 10 ** 6), ("centre", df), ("across", df)):
@@ -242,7 +242,7 @@ def _d12_records(results, effects: dict, seeds):
 
 def test_the_d12_tests_primary_is_the_two_rate_mean_read_by_the_rule_and_the_claims(tmp_path):
     from xsa.report.claims import their_scale
-    from xsa.report.factorial import d12_book, d12_test_books
+    from xsa.books.factorial import d12_book, d12_test_books
     from xsa.studies.scale import D12_ENDPOINT
     study = get_study("d12-test", tmp_path)
     assert study.primary == D12_ENDPOINT and D12_ENDPOINT not in {p.name for p in study.main}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 
 RESULTS = REPO_ROOT / "results"
 WRITTEN = ("estimates", "tables", "figures")  # what a build writes: copied or made, never the committed ones
@@ -85,7 +85,7 @@ def test_the_scale_figures_line_is_drawn_from_fixed_logarithms():
     import math
     from decimal import Decimal
 
-    from xsa.report.scale import _log2
+    from xsa.report.scale_section import _log2
     for x in (0.7, 20, 1, 1.2):
         scaled = abs(Decimal(math.log2(x))) * 10 ** 12  # exact: a double is a finite decimal
         assert abs(scaled - int(scaled) - Decimal("0.5")) > Decimal("0.001"), x

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from xsa.stack.presets import make_config
 from xsa.stack.model import GPT
-from xsa.runs.records import read_jsonl
+from xsa.base.records import read_jsonl
 from xsa.train import train
 
 from conftest import QUIET, train_smoke

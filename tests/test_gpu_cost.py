@@ -48,8 +48,8 @@ def test_a_cost_is_printed_only_for_a_study_whose_evaluations_it_times(tmp_path)
 
 
 def test_the_d12_registration_states_the_rules_error_and_the_cost_at_the_most_seeds():
-    from xsa.factorial.prereg import d12_test_document
-    from xsa.runs.records import REPO_ROOT
+    from xsa.studies.factorial.prereg import d12_test_document
+    from xsa.base.records import REPO_ROOT
     from xsa.studies.scale import D12_RATE_FACTORS, D12_TEST
     results = REPO_ROOT / "results"
     text = d12_test_document(results)

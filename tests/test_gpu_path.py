@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from xsa.stack.presets import make_config
 from xsa.stack.attention import xsa_project
 from xsa.stack.model import GPT
-from xsa.runs.records import read_jsonl
+from xsa.base.records import read_jsonl
 from xsa.stack.step import Precision
 from xsa.train import train
 

@@ -138,7 +138,7 @@ def test_shard_zero_of_zero_is_refused_in_one_line(capsys):
 
 
 def test_an_empty_xsa_cache_is_unset(monkeypatch, tmp_path):
-    from xsa.stack.common import cache_dir
+    from xsa.base.common import cache_dir
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XSA_CACHE", "")
     assert cache_dir() == tmp_path / ".cache" / "xsa"

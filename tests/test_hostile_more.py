@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, train_smoke
 from test_evaluate import synthetic_tasks, write_bundle
 
-from xsa.runs.records import read_json
+from xsa.base.records import read_json
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_pipeline_status_of_a_file(tmp_path, capsys):
                                        (dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="0"), "$WORLD_SIZE=0"),
                                        (dict(RANK="3", LOCAL_RANK="0", WORLD_SIZE="2"), "RANK < WORLD_SIZE")])
 def test_a_rank_torchrun_would_never_set_is_named(env, named, monkeypatch):
-    from xsa.stack.common import dist_info
+    from xsa.base.common import dist_info
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with pytest.raises(ValueError, match=named.replace("$", r"\$")):
@@ -183,7 +183,7 @@ def test_a_world_size_no_job_has_is_refused_in_one_line(capsys):
 
 def test_a_run_from_uncommitted_code_records_the_change(tmp_path, monkeypatch):
     """Item 10: provenance of a run from a dirty tree holds the change itself, outputs left out."""
-    from xsa.runs import records
+    from xsa.base import records
     repo = tmp_path / "repo"
     (repo / "xsa").mkdir(parents=True)
     (repo / "xsa" / "m.py").write_text("x = 1\n")

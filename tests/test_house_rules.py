@@ -1,5 +1,5 @@
 """The house rules, checked on the package's source with the standard library's `ast`: no import
-runs back up the layers (xsa/layers.py), no import circle (imports inside functions count), no
+between wings runs sideways or back up the floors (xsa/layers.py), no import circle (imports inside functions count), no
 module over 450 lines, no function over 80, and an import inside a function only where it saves
 start-up time or keeps an optional dependency optional, with a comment on its line saying which.
 Each rule is also run on a small planted package that breaks it, so none of them can pass vacuously.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from xsa.layers import LAYERS, layer_of
-from xsa.runs.records import REPO_ROOT
+from xsa.layers import FLOORS, floor_of, wing_of
+from xsa.base.records import REPO_ROOT
 
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
@@ -109,14 +109,17 @@ def imports(mods: dict[str, Path]) -> list[Import]:
     return out
 
 
-def upward_imports(edges: list[Import], layers=LAYERS) -> set[tuple[str, str]]:
+def upward_imports(edges: list[Import], floors=FLOORS) -> set[tuple[str, str]]:
+    """The imports from one wing into another on its own floor or above."""
     return {(e.source, e.target) for e in edges
-            if None not in (layer_of(e.source, layers), layer_of(e.target, layers))
-            and layer_of(e.target, layers) > layer_of(e.source, layers)}
+            if wing_of(e.source) != wing_of(e.target)
+            and None not in (floor_of(e.source, floors), floor_of(e.target, floors))
+            and floor_of(e.target, floors) >= floor_of(e.source, floors)}
 
 
-def unlayered(mods, layers=LAYERS) -> set[str]:
-    return {m for m in mods if layer_of(m, layers) is None}
+def unlayered(mods, floors=FLOORS) -> set[str]:
+    """The modules whose wing is on no floor."""
+    return {m for m in mods if floor_of(m, floors) is None}
 
 
 def circles(edges: list[Import]) -> set[tuple[str, ...]]:
@@ -189,7 +192,7 @@ EDGES = imports(MODS)
 
 
 def test_every_module_has_a_layer():
-    assert unlayered(MODS) == set(), "place each in xsa/layers.py"
+    assert unlayered(MODS) == set(), "place each one's wing on a floor in xsa/layers.py"
 
 
 def test_no_import_runs_back_up_the_layers():
@@ -233,24 +236,27 @@ def _plant(tmp_path, files: dict[str, str]) -> dict[str, Path]:
     return package_modules(tmp_path / "pkg")
 
 
-PLANTED_LAYERS = (("low", ("pkg", "pkg.low", "pkg.sub.leaf")), ("high", ("pkg.high", "pkg.sub")))
+PLANTED_FLOORS = (("low", ("pkg", "low", "sub")), ("high", ("high", "side")))
 
 
 def test_planted_upward_import_is_found(tmp_path):
     mods = _plant(tmp_path, {"__init__.py": "", "low.py": "def f():\n    from pkg.high import g  # lazy: start-up time\n",
                              "high.py": "from pkg import low\n"})
-    assert upward_imports(imports(mods), PLANTED_LAYERS) == {("pkg.low", "pkg.high")}
+    assert upward_imports(imports(mods), PLANTED_FLOORS) == {("pkg.low", "pkg.high")}
 
 
-def test_planted_upward_import_through_a_package_init_is_found(tmp_path):
-    mods = _plant(tmp_path, {"__init__.py": "", "low.py": "import pkg.sub.leaf\n", "high.py": "",
-                             "sub/__init__.py": "", "sub/leaf.py": ""})
-    assert upward_imports(imports(mods), PLANTED_LAYERS) == {("pkg.low", "pkg.sub")}  # leaf itself is low
+def test_planted_import_within_a_wing_is_allowed_and_sideways_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "low.py": "", "high.py": "from pkg import side\n", "side.py": "",
+                             "sub/__init__.py": "", "sub/leaf.py": "from pkg.sub import other\nimport pkg.high\n",
+                             "sub/other.py": ""})
+    # sub.leaf -> sub.other stays in its wing; high -> side is on one floor; sub -> high runs up
+    assert upward_imports(imports(mods), PLANTED_FLOORS) == {("pkg.high", "pkg.side"), ("pkg.sub.leaf", "pkg.high")}
 
 
-def test_planted_module_without_a_layer_is_found(tmp_path):
-    mods = _plant(tmp_path, {"__init__.py": "", "low.py": "", "elsewhere.py": ""})
-    assert unlayered(mods, PLANTED_LAYERS) == {"pkg.elsewhere"}
+def test_planted_module_without_a_floor_is_found(tmp_path):
+    mods = _plant(tmp_path, {"__init__.py": "", "low.py": "", "elsewhere.py": "", "sub/__init__.py": "",
+                             "sub/__main__.py": ""})
+    assert unlayered(mods, PLANTED_FLOORS) == {"pkg.elsewhere", "pkg.sub.__main__"}  # a command is not its wing
 
 
 def test_planted_circle_hidden_in_a_function_is_found(tmp_path):
@@ -319,7 +325,7 @@ def test_the_top_level_keeps_its_commands_and_at_most_15_modules():
     top = sorted(p.stem for p in (REPO_ROOT / "xsa").glob("*.py"))
     assert len(top) <= 15, top
     wings = [p for p in (REPO_ROOT / "xsa").iterdir() if p.is_dir() and (p / "__init__.py").exists()]
-    assert {"stack", "runs", "studies", "gpu", "report", "data", "evaluate", "factorial"} <= {w.name for w in wings}
+    assert {"base", "stack", "runs", "studies", "gpu", "report", "data", "evaluate"} <= {w.name for w in wings}
     for wing in wings:
         assert ast.get_docstring(ast.parse((wing / "__init__.py").read_text())), f"xsa/{wing.name}/ says what it holds"
 
@@ -338,12 +344,12 @@ def effect_makers_imported(path: Path) -> set:
         if isinstance(node, ast.ImportFrom):
             names |= {a.asname or a.name for a in node.names}
         elif isinstance(node, ast.Import):
-            names |= {a.name for a in node.names if a.name in ("xsa.stats", "xsa.report.effects")}
-    return names & (EFFECT_MAKERS | {"xsa.stats", "xsa.report.effects"})
+            names |= {a.name for a in node.names if a.name in ("xsa.base.stats", "xsa.books.effects")}
+    return names & (EFFECT_MAKERS | {"xsa.base.stats", "xsa.books.effects"})
 
 
 def test_tables_and_figures_compute_no_effect():
-    """The estimates are the one source of an effect: xsa/report/effects.py computes every effect a table
+    """The estimates are the one source of an effect: xsa/books/effects.py computes every effect a table
     or figure shows, into results/estimates/<study>.json, and the tables and figures read it back. An arm's
     mean (not an effect) the tables still take from the records."""
     allowed = {"xsa/report/tables.py": {"mean_ci"}}  # an arm's mean and interval, and counts: not effects
@@ -353,7 +359,7 @@ def test_tables_and_figures_compute_no_effect():
 
 
 def test_planted_effect_in_a_table_is_found(tmp_path):
-    (tmp_path / "t.py").write_text("from xsa.stats import paired, mean_ci\nfrom xsa.report.effects import key\n")
+    (tmp_path / "t.py").write_text("from xsa.base.stats import paired, mean_ci\nfrom xsa.books.effects import key\n")
     assert effect_makers_imported(tmp_path / "t.py") == {"paired", "mean_ci"}
 
 
@@ -363,11 +369,11 @@ TABLE_OR_FIGURE = re.compile(r"^(fig_\w+|draw_\w+|selection|\w+_(tables?|rows|cu
 TABLE_OR_FIGURE_MODULES = {"xsa.report.tables", "xsa.report.figures", "xsa.report.columns", "xsa.report.crossscale",
                            "xsa.report.rows", "xsa.report.paper_figures"}
 # what makes an effect, by the module that defines it: the statistics over per-seed values and the
-# estimates' constructors (xsa/report/effects.py computes every shown effect)
-EFFECT_SOURCES = {"xsa.stats": {"paired", "differences", "relative", "relative_differences", "contrast", "mean_ci",
+# estimates' constructors (xsa/books/effects.py computes every shown effect)
+EFFECT_SOURCES = {"xsa.base.stats": {"paired", "differences", "relative", "relative_differences", "contrast", "mean_ci",
                                 "t_pvalue", "holm"},
-                  "xsa.report.estimates": {"paired", "contrasted", "from_values", "slope", "per_seed_slopes"},
-                  "xsa.report.effects": {"shown_effects", "gap_estimates"}}
+                  "xsa.books.estimates": {"paired", "contrasted", "from_values", "slope", "per_seed_slopes"},
+                  "xsa.books.effects": {"shown_effects", "gap_estimates"}}
 # an arm's mean and interval over its own runs is not an effect: these take it from the records
 ARM_MEANS = {("xsa.report.tables", f) for f in ("main_table", "arms_table", "core_tasks_table", "diagnostics_table",
                                                   "diagnostics_effects_table")} | {("xsa.report.robust", "selection")}
@@ -417,7 +423,7 @@ def effects_computed(path: Path, module: str) -> dict[str, set[str]]:
                 direct[name].add(f"{names[fn.value.id]}.{fn.attr}")
         direct[name] &= makers
         if (module, name) in ARM_MEANS:
-            direct[name].discard("xsa.stats.mean_ci")
+            direct[name].discard("xsa.base.stats.mean_ci")
 
     def made(name, seen):
         out = set(direct[name])
@@ -434,7 +440,7 @@ def test_no_table_or_figure_function_computes_an_effect():
     """The rule above over every function of the report that returns a table's rows or draws a figure
     (scale_table, fig_scale, gate_table, factorial_table, robust's selection, the paper's figures, ...):
     it reads its effects from the estimates; a table still takes an arm's mean from the records."""
-    found = {(m, f) for m, path in MODS.items() if m == "xsa.report" or m.startswith("xsa.report.")
+    found = {(m, f) for m, path in MODS.items() if wing_of(m) in ("checks", "books", "report")
              for f in effects_computed(path, m)}
     assert found - KNOWN_EFFECTS == set(), "these compute an effect: read it from the estimates"
     assert KNOWN_EFFECTS - found == set(), "these no longer compute one: remove them from KNOWN_EFFECTS"
@@ -442,9 +448,9 @@ def test_no_table_or_figure_function_computes_an_effect():
 
 def test_planted_effect_in_a_table_function_is_found(tmp_path):
     (tmp_path / "t.py").write_text(textwrap.dedent("""
-        import xsa.stats as S
-        from xsa.stats import relative_differences as rd
-        from xsa.report.metrics import relative
+        import xsa.base.stats as S
+        from xsa.base.stats import relative_differences as rd
+        from xsa.checks.metrics import relative
 
         def _helper(a, b):
             return rd(a, b)
@@ -461,7 +467,7 @@ def test_planted_effect_in_a_table_function_is_found(tmp_path):
         def not_shown(a, b):              # neither a table nor a figure
             return rd(a, b)
         """))
-    assert effects_computed(tmp_path / "t.py", "pkg.t") == {"thing_table": {"xsa.stats.relative_differences"},
-                                                            "fig_thing": {"xsa.stats.mean_ci"}}
+    assert effects_computed(tmp_path / "t.py", "pkg.t") == {"thing_table": {"xsa.base.stats.relative_differences"},
+                                                            "fig_thing": {"xsa.base.stats.mean_ci"}}
     assert set(effects_computed(tmp_path / "t.py", "xsa.report.paper_figures")) == {
         "thing_table", "fig_thing", "_helper", "not_shown"}  # a figures module: every function

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

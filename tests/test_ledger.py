@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import shutil
 
-from xsa.runs.records import REPO_ROOT
-from xsa.report import ledger
-from xsa.report.integrity import bound, known_runs
+from xsa.base.records import REPO_ROOT
+from xsa.checks import ledger
+from xsa.checks.integrity import bound, known_runs
 from xsa.studies.registry import get_study
 
 RESULTS = REPO_ROOT / "results"

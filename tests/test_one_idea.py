@@ -1,9 +1,9 @@
 """One idea, written once: the relative difference of b against a baseline a, (b - a) / |a|, is
-xsa/stats.py's `relative` (and `relative_differences`, per seed and paired by seed); no other module
+xsa/base/stats.py's `relative` (and `relative_differences`, per seed and paired by seed); no other module
 writes the formula, in either of its spellings, (b - a) / a or b / a - 1, except the registered analysis
 code of a pre-registered study (frozen as registered) and the known places below. The status word of
-an estimate's records is xsa/report/estimates.py's `records_status`, and the words and numbers a table
-decides are xsa/report/verdicts.py's. Each rule is also run on a planted module that breaks it.
+an estimate's records is xsa/books/estimates.py's `records_status`, and the words and numbers a table
+decides are xsa/books/verdicts.py's. Each rule is also run on a planted module that breaks it.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ import ast
 from collections import Counter
 from pathlib import Path
 
-from xsa.layers import LAYERS, layer_of
-from xsa.report.estimates import Estimate, records_status
-from xsa.report.verdicts import seed_paper_change, side
-from xsa.runs.records import REPO_ROOT
-from xsa.stats import relative, relative_differences
+from xsa.books.estimates import Estimate, records_status
+from xsa.books.verdicts import seed_paper_change, side
+from xsa.base.records import REPO_ROOT
+from xsa.base.stats import relative, relative_differences
 from xsa.studies.registry import SEED_PAPER
 
-THE_ONE = "xsa/stats.py"
+THE_ONE = "xsa/base/stats.py"
 # Known other copies, by module and expression (an entry that is gone fails the test, so the list only
 # shrinks; a further copy of an expression listed here is a new copy, and fails too).
 KNOWN = Counter({
@@ -44,12 +43,11 @@ KNOWN = Counter({
 
 
 def registered_analysis(module: str) -> bool:
-    """Registered analysis code of a pre-registered study, left as registered: the analysis layer (the
-    scale study's model) and the report layer's modules outside xsa/report (the factorial, sink and
-    optimizer studies' analyses)."""
-    names = [name for name, _ in LAYERS]
-    i = layer_of(module)
-    return i is not None and (names[i] == "analysis" or (names[i] == "report" and not module.startswith("xsa.report")))
+    """Registered analysis code of a pre-registered study, left as registered: the scale study's model
+    (predict), the factorial's analysis (its folder but its design and its registration's text), and
+    the sink and optimizer studies' analyses (`<name>_analysis`)."""
+    factorial = module.startswith("xsa.studies.factorial.") and module.rsplit(".", 1)[1] not in ("design", "prereg")
+    return module == "xsa.studies.predict" or module.endswith("_analysis") or factorial
 
 
 def _bare(node):
@@ -82,7 +80,7 @@ def relative_formulas(path: Path) -> list[str]:
 
 
 def copies(root: Path) -> Counter:
-    """{(path, expression): count} of every copy of the formula under root/xsa outside xsa/stats.py and the
+    """{(path, expression): count} of every copy of the formula under root/xsa outside xsa/base/stats.py and the
     registered analysis modules."""
     out = Counter()
     for path in sorted((root / "xsa").rglob("*.py")):
@@ -97,7 +95,7 @@ def test_the_relative_difference_is_written_once():
     found = copies(REPO_ROOT)
     new = found - KNOWN
     gone = KNOWN - found
-    assert not new, f"a new copy of (b - a) / a: call xsa.stats.relative or relative_differences instead: {dict(new)}"
+    assert not new, f"a new copy of (b - a) / a: call xsa.base.stats.relative or relative_differences instead: {dict(new)}"
     assert not gone, f"no longer copies (remove them from KNOWN): {dict(gone)}"
     assert relative_formulas(REPO_ROOT / THE_ONE) == ["(b - a) / abs(a)"]  # the one copy
 
@@ -110,9 +108,10 @@ def test_planted_copies_of_the_relative_difference_are_found(tmp_path):
         "    y = b / a - 1\n"                    # the other spelling
         "    z = (b - a) / n + n / 2 - 1\n"      # a difference over a count, half a count less one: no copy
         "    return 1 - alpha / 2, x, y, z\n")   # a quantile: not a copy
-    (tmp_path / "xsa" / "stats.py").write_text("def relative(a, b):\n    return (b - a) / abs(a)\n")
-    (tmp_path / "xsa" / "factorial").mkdir()
-    (tmp_path / "xsa" / "factorial" / "analysis.py").write_text("def g(a, b):\n    return (b - a) / a\n")
+    (tmp_path / "xsa" / "base").mkdir()
+    (tmp_path / "xsa" / "base" / "stats.py").write_text("def relative(a, b):\n    return (b - a) / abs(a)\n")
+    (tmp_path / "xsa" / "studies" / "factorial").mkdir(parents=True)
+    (tmp_path / "xsa" / "studies" / "factorial" / "analysis.py").write_text("def g(a, b):\n    return (b - a) / a\n")
     assert copies(tmp_path) == Counter({("xsa/report/t.py", e): 1 for e in
                                         ("(b[s] - a[s]) / abs(a[s])", "b / a - 1")})
 
@@ -139,7 +138,7 @@ def test_one_status_word_for_every_table():
 
 
 def test_no_other_report_module_writes_a_status_word():
-    """The status words are written in xsa/report/estimates.py alone: no other report module makes an
+    """The status words are written in xsa/books/estimates.py alone: no other report module makes an
     f-string that starts "interim " (a planted one is found)."""
     def interim_strings(source: str) -> int:
         return sum(isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant)

@@ -13,7 +13,7 @@ import pytest
 
 import xsa.stack.model
 from xsa.runs.diverged import FILENAME, read_diverged, write_diverged
-from xsa.runs.jobs import Context, Job, is_done
+from xsa.studies.jobs import Context, Job, is_done
 from xsa.stack.presets import make_config
 from xsa.stack.spec import Arm
 from xsa.studies import optimizer as O

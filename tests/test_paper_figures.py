@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from xsa.report.export import LONG_TABLE, tables_with_captions
-from xsa.report.paper_estimates import progress_books
+from xsa.books.paper_estimates import progress_books
 from xsa.report.paper_figures import learning_panel, seed_effects, study_compute
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 from xsa.stack.spec import Run
 from xsa.studies.sink import sink_study
 
@@ -75,10 +75,14 @@ def _table(rows: int, n: int = 1) -> str:
     return f"<p><strong>Table A{n}.</strong> A caption.</p>\n<table><thead><tr><th>x</th></tr></thead>{body}</table>"
 
 
-def test_a_short_table_and_its_caption_are_one_block_and_a_long_one_is_marked_to_flow():
+def test_a_short_table_and_its_caption_are_one_block_and_a_long_one_takes_its_caption_in():
     html = "<p>Text.</p>" + _table(3, 1) + _table(LONG_TABLE + 5, 2)
     out = tables_with_captions(html)
     assert out.count('<div class="paper-table">') == 1 and out.count('<div class="paper-table long">') == 1
     assert out.index('<div class="paper-table">') < out.index("Table A1.") < out.index("</div>")
+    assert "<p><strong>Table A1.</strong>" in out  # a short table's caption stays a paragraph, above it
+    # a long table flows across pages, its caption its own <caption>, which a page break never parts from its rows
+    assert "<table>\n<caption><strong>Table A2.</strong> A caption.</caption><thead>" in out
+    assert "<p><strong>Table A2." not in out
     assert out.startswith("<p>Text.</p>")  # a paragraph that is no caption stays as it was
     assert tables_with_captions("<p>Text.</p><table></table>") == "<p>Text.</p><table></table>"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from xsa import report
-from xsa.runs.records import REPO_ROOT, atomic_write_json
-from xsa.report.estimates import Book, read_estimates
+from xsa.base.records import REPO_ROOT, atomic_write_json
+from xsa.books.estimates import Book, read_estimates
 from xsa.report.writing import StaleClaim, render, template_for
 from xsa.studies.registry import Study, get_study
 
@@ -34,14 +34,14 @@ def test_estimates_agree_with_an_independent_computation(robust_results, tmp_pat
     """The robust study's primary, its T = 256 pair and its Holm-adjusted family, recomputed with numpy and
     statistics from the summary.json files alone (not through the report's code)."""
     rob(robust_results)  # builds the robust estimates
-    from xsa.report.declared import robust_estimates
-    from xsa.report.records import load_runs
+    from xsa.books.declared import robust_estimates
+    from xsa.checks.records import load_runs
     robust = get_study("robust", robust_results)
     runs = load_runs(robust_results, [r.run_id for r in robust.runs
                                       if (robust_results / "runs" / r.run_id / "summary.json").exists()])
     est = robust_estimates(robust, [r for r in runs if r["spec"].seed >= 100],
                            [r for r in runs if r["spec"].seed < 100], -0.0032)
-    from xsa.report.estimates import write_estimates
+    from xsa.books.estimates import write_estimates
     write_estimates(est, tmp_path, "robust")
     written = {r["key"]: r for r in json.loads((tmp_path / "robust.json").read_text())["estimates"]}
 
@@ -68,7 +68,7 @@ def test_estimates_agree_with_an_independent_computation(robust_results, tmp_pat
 
 
 def _t_tail(t, df):
-    """P(T > t) for Student's t by numerical integration of its density (independent of xsa.stats)."""
+    """P(T > t) for Student's t by numerical integration of its density (independent of xsa.base.stats)."""
     x = np.linspace(t, t + 2000, 2_000_001)
     c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
     return float(np.trapezoid(c * (1 + x ** 2 / df) ** (-(df + 1) / 2), x))
@@ -199,7 +199,7 @@ def test_the_readme_states_the_answer_as_the_estimates_file_has_it():
 def test_the_readme_states_each_studys_status_as_the_records_have_it():
     """The README's first screen says of each study what its records say: finished only when every
     declared run has a finished record, with the counts of the estimates file."""
-    from xsa.runs.jobs import trained
+    from xsa.studies.jobs import trained
     from xsa.studies.registry import get_study
     head = " ".join((REPO_ROOT / "README.md").read_text().splitlines()[:40])
     s = read_estimates(ESTIMATES / "scale.json")
@@ -232,7 +232,7 @@ def test_a_new_metric_is_one_entry_of_the_metric_table(tmp_path, monkeypatch):
     """README, Extending: a metric recorded in summary.json becomes a row of the effects table, an estimate
     of the main comparison and, with `main`, a column of the main table (its mean, interval and change)
     under its header: one Metric entry."""
-    from xsa.report import metrics
+    from xsa.checks import metrics
     from test_report import SMOKE, write_run
     monkeypatch.setitem(metrics.METRICS, "train_loss_final", metrics.Metric(
         "train_loss_final", "final training loss", "train loss", "nats", True, "summary.json:train_loss_final",
@@ -265,7 +265,7 @@ def test_a_metric_column_of_the_paper_has_its_header_and_its_format():
     change) come from its entry in the metric table, so a piece left out fails here rather than printing a
     raw key or a raw fraction in the paper."""
     from xsa.report.columns import COLUMNS, DISPLAY, DISPLAY_ARMS, cell, column, display
-    from xsa.report.metrics import METRICS
+    from xsa.checks.metrics import METRICS
     shown = [c for cols in [*DISPLAY.values(), DISPLAY_ARMS, display("main")] for c in cols]
     assert [c for c in shown if column(c).header == c and c not in COLUMNS and c not in METRICS] == []
     assert [c for c in shown if (c.endswith("_rel") or c.startswith("rel")) and not column(c).kind] == []
@@ -471,7 +471,7 @@ def test_without_a_pdf_engine_a_committed_pdf_is_kept_and_said_so(tmp_path, monk
 def test_a_compound_statement_is_checked_whole():
     """"excludes zero and the seed paper's effect" is one claim against both values: an interval that
     excludes zero but contains the seed paper's effect fails it whole."""
-    from xsa.report.estimates import Book, Estimate
+    from xsa.books.estimates import Book, Estimate
     from xsa.report.writing import Paper
     e = Estimate("prediction_d12", -0.019, -0.0368, -0.0011, n=10, seed_paper=-0.0032)
     paper = Paper(Book({"scale": {"prediction_d12": e}}), {}, lambda *a, **k: "")

@@ -10,11 +10,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from xsa.runs import jobs
+from xsa.studies import jobs
 
 from xsa import pipeline
 from xsa.report.export import pdf_engine
-from xsa.runs.records import REPO_ROOT, atomic_write_json
+from xsa.base.records import REPO_ROOT, atomic_write_json
 from xsa.studies.registry import get_study
 
 from conftest import stub_notebook
@@ -119,7 +119,7 @@ def test_shards_split_the_runs_between_processes(tmp_path):
     stubs = tmp_path / "stubs"
     # a stub that records where it ran and writes the record a train job must leave
     stub_notebook(stubs, "01_train.ipynb", f"open({str(log)!r}, 'a').write(out_dir + '\\n')\n"
-                  "from xsa.stack.spec import Run\nfrom xsa.runs.records import atomic_write_json\n"
+                  "from xsa.stack.spec import Run\nfrom xsa.base.records import atomic_write_json\n"
                   "c = Run.from_dict(run).config()\n"
                   "atomic_write_json(out_dir + '/config.json', c.to_dict())\n"
                   "atomic_write_json(out_dir + '/summary.json', {'complete': True})", params=TRAIN_PARAMS)
@@ -244,7 +244,7 @@ def test_undeclared_parameter_stops_the_stage(tmp_path):
 def test_train_job_must_leave_the_run_it_asked_for(tmp_path):
     stubs = tmp_path / "stubs"
     # a notebook that trains another config into the folder (a renamed parameter left at its default)
-    stub_notebook(stubs, "01_train.ipynb", "from xsa.stack.spec import Run\nfrom xsa.runs.records import atomic_write_json\n"
+    stub_notebook(stubs, "01_train.ipynb", "from xsa.stack.spec import Run\nfrom xsa.base.records import atomic_write_json\n"
                   "c = Run.of('smoke', seed=5).config()\natomic_write_json(out_dir + '/config.json', c.to_dict())\n"
                   "atomic_write_json(out_dir + '/summary.json', {'complete': True})", params=TRAIN_PARAMS)
     out = cli("--study", "smoke", "--stages", "train", "--notebooks", str(stubs), "--results", str(tmp_path / "r"))
@@ -289,7 +289,7 @@ def test_an_adaptive_study_trains_next_what_its_rules_add(tmp_path, monkeypatch)
     from xsa import pipeline
     from xsa.studies import registry as studies
     from xsa.runs.layout import Layout
-    from xsa.runs.records import atomic_write_json
+    from xsa.base.records import atomic_write_json
     from xsa.stack.spec import Arm
     arm = Arm.of("smoke")
     summary = lambda s: tmp_path / "runs" / arm.run(s).run_id / "summary.json"
@@ -318,7 +318,7 @@ def test_an_adaptive_study_trains_next_what_its_rules_add(tmp_path, monkeypatch)
 
 def test_a_registered_study_refuses_to_train_from_uncommitted_code(monkeypatch):
     from xsa import pipeline
-    from xsa.runs.jobs import Job, StageError
+    from xsa.studies.jobs import Job, StageError
     from xsa.studies.registry import get_study
     ctx = type("Ctx", (), {"study": get_study("factorial")})()
     job = Job("train", "r", {}, [])

@@ -68,7 +68,7 @@ def test_no_fit_before_five_conditions_or_while_an_axis_does_not_vary():
 
 
 def test_pairs_to_test_meets_the_half_width():
-    from xsa.stats import t_critical
+    from xsa.base.stats import t_critical
     n = pairs_to_test(0.0003 * math.sqrt(2), 0.001)
     assert t_critical(n - 1) * 0.0003 * math.sqrt(2) / math.sqrt(n) <= 0.001
     assert t_critical(n - 2) * 0.0003 * math.sqrt(2) / math.sqrt(n - 1) > 0.001 or n == 3

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import xsa.stack.config as config
-from xsa.runs.jobs import Context, is_done, jobs_for, recorded_config
+from xsa.studies.jobs import Context, is_done, jobs_for, recorded_config
 from xsa.runs.layout import default_layout
 from xsa.stack.presets import make_config
-from xsa.runs.records import REPO_ROOT, read_json
+from xsa.base.records import REPO_ROOT, read_json
 from xsa.stack.spec import Run
 from xsa.studies.registry import get_study
 

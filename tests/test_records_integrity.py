@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from xsa import report
-from xsa.runs.records import REPO_ROOT, check_steps, read_jsonl
-from xsa.report.integrity import check_records, validate
+from xsa.base.records import REPO_ROOT, check_steps, read_jsonl
+from xsa.checks.integrity import check_records, validate
 from xsa.studies.registry import get_study
 
 STUDY = get_study("default")
@@ -254,7 +254,7 @@ def test_every_other_input_of_the_paper_is_checked(results, damage):
 def test_a_damaged_estimates_file_of_another_study_stops_the_paper_before_anything_is_written(results):
     """The text may read the estimates of a study built elsewhere (results/estimates/<study>.json):
     one that is not an estimates file is named by the record check, not a traceback after the tables."""
-    from xsa.report.estimates import read_estimates
+    from xsa.books.estimates import read_estimates
     est = results / "estimates"
     est.mkdir()
     (est / "default.json").write_text("[]")  # this build's own: replaced, never read

@@ -5,9 +5,9 @@ import math
 import pytest
 
 from xsa import report
-from xsa.runs.records import atomic_write_json, append_jsonl
+from xsa.base.records import atomic_write_json, append_jsonl
 from xsa.report.notes import machine_warnings
-from xsa.stats import Interval, mean_ci, t_critical
+from xsa.base.stats import Interval, mean_ci, t_critical
 from xsa.stack.spec import Arm, Run
 from xsa.studies.registry import Claim, Contrast, Paired, Study, Sweep, xsa_pair
 
@@ -115,7 +115,7 @@ def test_main_table_and_claims(results, study):
 
 def test_relative_change_keeps_its_sign_below_zero():
     """A change from a negative baseline (CORE near chance) used to get the wrong sign."""
-    from xsa.stats import relative_differences
+    from xsa.base.stats import relative_differences
     assert relative_differences({0: -0.03}, {0: -0.015}) == {0: pytest.approx(0.5)}  # higher: positive
     assert relative_differences({0: 2.0}, {0: 1.9}) == {0: pytest.approx(-0.05)}
 
@@ -133,14 +133,14 @@ def test_sweep_is_reported_on_matched_seeds(tmp_path):
 
 
 def test_power_calculation():
-    from xsa.stats import power, seeds_needed
+    from xsa.base.stats import power, seeds_needed
     assert power(8, 0.004, 0.0066) > 0.8 > power(3, 0.004, 0.0066)
     n = seeds_needed(0.004, 0.0066)
     assert power(n, 0.004, 0.0066) >= 0.8 > power(n - 1, 0.004, 0.0066)
 
 
 def test_seeds_for_half_width():
-    from xsa.stats import seeds_for_half_width, t_critical
+    from xsa.base.stats import seeds_for_half_width, t_critical
     n = seeds_for_half_width(0.0046, 0.002)
     half = lambda k: t_critical(k - 1) * 0.0046 / k ** 0.5
     assert half(n) <= 0.002 < half(n - 1)
@@ -149,7 +149,7 @@ def test_seeds_for_half_width():
 
 
 def test_verdicts():
-    from xsa.report.estimates import Estimate
+    from xsa.books.estimates import Estimate
     from xsa.report.writing import verdict_of
     e = lambda lo, hi, n=3: Estimate("k", (lo + hi) / 2 if lo is not None else None, lo, hi, n)
     assert verdict_of(e(0.5, 1.5), "lower") == "contradicted"
@@ -374,7 +374,7 @@ def test_reproduce_judges_a_drift_against_the_effects_it_could_move(tmp_path):
 
 
 def test_cpu_identity_tells_machines_apart():
-    from xsa.runs.records import cpu_identity, cpu_key
+    from xsa.base.records import cpu_identity, cpu_key
     ident = cpu_identity()
     assert set(ident) == {"vendor", "family", "model", "stepping", "flags", "torch_capability"}
     other = {**ident, "stepping": "99"}
@@ -397,7 +397,7 @@ def test_machine_warning_when_the_arms_of_a_seed_differ(results, study):
 def test_the_paper_notebook_finds_the_records_from_any_folder():
     import nbformat
 
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     nb = nbformat.read(REPO_ROOT / "notebooks" / "05_paper.ipynb", as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     assert "results_dir = None" in params.source  # resolved from the package (default_layout), not the cwd
@@ -413,7 +413,7 @@ def test_a_noop_report_leaves_every_committed_output_unchanged():
     import subprocess
     import sys
 
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     paths = ["results", "paper"]
     git = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True)
     if git("rev-parse").returncode != 0:
@@ -447,7 +447,7 @@ def test_every_comparison_kind_works_in_every_place(results, study):
 
 
 def test_a_slope_of_a_relative_effect_is_written_in_percentage_points():
-    from xsa.report.estimates import Estimate
+    from xsa.books.estimates import Estimate
     from xsa.report.writing import est
     slope = Estimate("slope_heads", -0.0117, -0.0515, 0.028, 5, unit="relative per doubling")
     assert est(slope, n=False) == "-1.17 [-5.15, +2.80] percentage points"
@@ -457,10 +457,10 @@ def test_a_slope_of_a_relative_effect_is_written_in_percentage_points():
 def test_committed_tables_are_read_from_the_committed_estimates(tmp_path):
     """One source: the effects and sizing tables under results/tables are what the estimates file under
     results/estimates says, to the byte (the tables compute no effect of their own)."""
-    from xsa.report.effects import effect_pairs
-    from xsa.report.estimates import read_estimates
+    from xsa.books.effects import effect_pairs
+    from xsa.books.estimates import read_estimates
     from xsa.report.tables import effects_table, power_table, write_table
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     from xsa.studies.registry import get_study
     study = get_study("default")
     est = read_estimates(REPO_ROOT / "results" / "estimates" / "default.json")

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from xsa.runs.records import append_jsonl, atomic_write_json
-from xsa.report.integrity import RecordError
+from xsa.base.records import append_jsonl, atomic_write_json
+from xsa.checks.integrity import RecordError
 from xsa.report.robust import robustness
-from xsa.stats import holm, t_pvalue
+from xsa.base.stats import holm, t_pvalue
 from xsa.stack.spec import Arm
 from xsa.studies.registry import PICK, Study, get_study, xsa_pair
 
@@ -72,7 +72,7 @@ def the_study(results):
 def rob(results, interim: bool = True):
     """The robustness table of the_study beside the robust study's records under `results` (interim:
     the robust study declares runs these records do not have)."""
-    from xsa.report.declared import study_estimates
+    from xsa.books.declared import study_estimates
     study = the_study(results)
     return robustness(study, [], results, study_estimates(study, [], [], {}), interim=interim)
 
@@ -151,8 +151,8 @@ def test_an_archived_study_is_restored_byte_for_byte_and_read_as_rows(tmp_path):
     import subprocess
 
     from xsa.archive import ARCHIVE, restore
-    from xsa.runs.records import REPO_ROOT
-    from xsa.report.archive import archived_rows
+    from xsa.base.records import REPO_ROOT
+    from xsa.report.rows import archived_rows
     from xsa.studies.registry import EARLIER
     if subprocess.run(["git", "cat-file", "-e", EARLIER.commit], cwd=REPO_ROOT).returncode != 0:
         pytest.skip(f"this checkout's history does not hold {EARLIER.commit}")
@@ -165,7 +165,7 @@ def test_an_archived_study_is_restored_byte_for_byte_and_read_as_rows(tmp_path):
     victim.write_text("{}")
     with pytest.raises(SystemExit, match=victim.name):
         restore(EARLIER.commit, tmp_path)  # a different file is never overwritten
-    from xsa.report.declared import archive_estimates
+    from xsa.books.declared import archive_estimates
     est = archive_estimates(Study(name="t", scale="", runs=(), main=(), archived=(EARLIER,)), REPO_ROOT / "results")
     rows = archived_rows(committed, EARLIER, est, -0.0032)
     assert [r["heads"] for r in rows] == [4, 6, 4] and all(r["n"] == 3 for r in rows)
@@ -180,7 +180,7 @@ def test_the_archive_takes_only_a_declared_commit_hash(commit, tmp_path):
     import subprocess
     import sys
 
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     out = subprocess.run([sys.executable, "-m", "xsa.archive", f"--commit={commit}", "--results", str(tmp_path)],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--commit" in out.stderr and "Traceback" not in out.stderr, out.stderr
@@ -191,7 +191,7 @@ def test_the_archive_reads_git_without_replace_objects_and_never_leaves_a_partia
     import subprocess
 
     import xsa.archive as archive
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     from xsa.studies.registry import EARLIER
     if subprocess.run(["git", "cat-file", "-e", EARLIER.commit], cwd=REPO_ROOT).returncode != 0:
         pytest.skip(f"this checkout's history does not hold {EARLIER.commit}")
@@ -224,7 +224,7 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
     import subprocess
 
     from xsa.prereg import FILENAME
-    from xsa.runs.records import REPO_ROOT, read_json
+    from xsa.base.records import REPO_ROOT, read_json
     study = get_study(name)
     commit, date = study.preregistered
     path = f"results/{study.name}/{FILENAME}"
@@ -245,7 +245,7 @@ def test_the_preregistration_commit_is_the_one_that_added_it_before_the_first_ru
 
 
 def test_the_logged_diagonal_is_the_last_evaluation_that_recorded_one():
-    from xsa.report.records import metric
+    from xsa.checks.records import metric
     run = dict(metrics=[{"step": 1, "diag": {"diag_mass": [0.5, 0.5]}}, {"step": 2, "diag": {"diag_mass": [0.1, 0.3]}},
                         {"step": 3, "val_bpb": 2.0}])
     assert metric(run, "log:diag_mass") == pytest.approx(0.2)

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from xsa.runs import records
+from xsa.base import records
 from xsa.stack.presets import make_config
-from xsa.runs.records import REPO_ROOT, read_json, read_jsonl
-from xsa.runs.runlock import RunFolderBusy, lock_path, own_run
+from xsa.base.records import REPO_ROOT, read_json, read_jsonl
+from xsa.base.runlock import RunFolderBusy, lock_path, own_run
 from xsa.train import train
 
 from conftest import QUIET
 
-HOLD = ("import sys, time\nfrom xsa.runs.runlock import own_run\n"
+HOLD = ("import sys, time\nfrom xsa.base.runlock import own_run\n"
         "with own_run(sys.argv[1], 'training'):\n    print('held', flush=True)\n    time.sleep(60)\n")
 
 
@@ -222,7 +222,7 @@ def test_the_lock_file_never_follows_a_symlink_nor_truncates_another_file(tmp_pa
 
 
 def test_overwrite_moves_the_old_folder_aside_and_a_killed_writes_temporary_is_removed(smoke_data, tmp_path):
-    from xsa.runs.runlock import REPLACED
+    from xsa.base.runlock import REPLACED
     out = tmp_path / "r"
     run(make_config("smoke", **QUIET), out, smoke_data, max_steps=2)
     old = (out / "config.json").read_bytes()

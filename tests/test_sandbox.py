@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from xsa.evaluate import chat, sandbox
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 
 LONG = 60.0  # for programs that end on their own: the limit matters only on a starved machine
 ADD = {"prompt": 'def add(a, b):\n    """Add two numbers."""\n', "entry_point": "add",

@@ -1,4 +1,4 @@
-"""The scale study's estimates and figure (xsa/report/scale.py) on the committed robust records plus
+"""The scale study's estimates and figure (xsa/books/scale.py) on the committed robust records plus
 made-up scale records whose effect follows a known line in log2 heads and log2 tokens per parameter:
 the fit recovers the slopes, predicts d12 inside its interval, and the secondary family is Holm-adjusted."""
 
@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-from xsa.runs.records import REPO_ROOT, atomic_write_json, read_json
-from xsa.report.scale import HEADS_SLOPE, fig_scale, scale_book, scale_estimates, scale_table
+from xsa.base.records import REPO_ROOT, atomic_write_json, read_json
+from xsa.books.scale import HEADS_SLOPE, scale_book, scale_estimates
+from xsa.report.scale_section import fig_scale, scale_table
 from xsa.studies.registry import get_study
 
 from test_scale_study import record
@@ -127,7 +128,7 @@ def test_a_level_not_declared_yet_says_so_and_has_no_value(tmp_path):
 def render_section_4(results):
     """The paper's §4 rendered on the committed estimates with the scale book of `results`: (the scale
     book, the text of §4 and of Appendix C, the scale study's further arms, the rendered blocks)."""
-    from xsa.report.estimates import Book, read_estimates
+    from xsa.books.estimates import Book, read_estimates
     from xsa.report.writing import render, template_for
     book = {f.stem: read_estimates(f) for f in (REPO_ROOT / "results" / "estimates").glob("*.json") if f.stem != "smoke"}
     scale = scale_book(results)
@@ -162,8 +163,8 @@ def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
 def test_a_level_read_before_its_last_pairs_stops_the_text_of_a_final_study(results, tmp_path):
     """The first study's shape with two of its six pairs at 384 steps recorded: the scale study is registered
     final, so its text has no interim reading to give, and the build stops naming the level and its count
-    (xsa/report/verdicts.py: whole)."""
-    from xsa.report.verdicts import NotWhole
+    (xsa/books/verdicts.py: whole)."""
+    from xsa.books.verdicts import NotWhole
     shutil.copytree(results, tmp_path / "results")
     long_runs = [r for r in get_study("scale", tmp_path / "results").runs
                  if r.config().model.n_embd == 256 and r.config().num_iterations == 384]
@@ -175,7 +176,7 @@ def test_a_level_read_before_its_last_pairs_stops_the_text_of_a_final_study(resu
 
 
 def test_the_gate_map_has_every_layer_and_head_of_both_gate_levels_with_intervals(results, tmp_path):
-    from xsa.report.scale import gate_table
+    from xsa.report.scale_section import gate_table
     est = scale_estimates(results)
     rows, book = gate_table(est), scale_book(results, est)
     assert {r["level"] for r in rows} == {"gate at width 64", "gate at 8 heads"} and book["gate_rows"].value == len(rows)
@@ -194,15 +195,15 @@ def test_the_gate_map_has_every_layer_and_head_of_both_gate_levels_with_interval
 
 
 def test_a_scale_record_that_is_not_whole_stops_the_section_naming_its_file(results, tmp_path):
-    from xsa.report.integrity import RecordError
-    from xsa.report.scale import scale_section
+    from xsa.checks.integrity import RecordError
+    from xsa.report.scale_section import scale_section
     with pytest.raises(RecordError, match="provenance.json: missing"):  # the made-up records have none
         scale_section(get_study("default"), results, tmp_path)
 
 
 def test_a_damaged_scale_record_left_out_is_analysed_as_never_trained_and_kept(tmp_path):
-    from xsa.report.integrity import RecordError, known_runs
-    from xsa.report.scale import scale_section
+    from xsa.checks.integrity import RecordError, known_runs
+    from xsa.report.scale_section import scale_section
     results = tmp_path / "results"
     shutil.copytree(REPO_ROOT / "results" / "runs", results / "runs")  # the committed records, scale's own among them
     study = get_study("default")
@@ -252,7 +253,7 @@ def test_a_new_registered_check_of_a_level_is_one_entry(results, tmp_path, monke
     import xsa.prereg
     import xsa.studies.registry
     from xsa.studies.prereg_check import check_document
-    from xsa.report.scale_check import check_book
+    from xsa.books.scale_check import check_book
     from xsa.studies.scale import CHECKS, RateCheck
     from test_scale_study import record
     for c in CHECKS:  # the registries are built from CHECKS: nothing else to touch
@@ -284,7 +285,7 @@ def test_a_check_of_a_level_whose_arms_selected_one_rate_reads_as_selected_and_w
     pairs on its seeds: its estimate is read, the rest say why there is nothing else to compare (never
     "not declared"), every run it declares has its record, and its registration says it trains nothing."""
     import xsa.studies.registry
-    from xsa.report.scale_check import ONE_RATE, check_book
+    from xsa.books.scale_check import ONE_RATE, check_book
     from xsa.studies.prereg_check import check_document
     from xsa.studies.rules import final_bpb
     from xsa.studies.scale import HEADS_LEVELS, RateCheck

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from xsa.studies.rules import final_bpb
 from xsa.studies.predict import declared_seeds, model_conditions
-from xsa.runs.records import append_jsonl, atomic_write_json
+from xsa.base.records import append_jsonl, atomic_write_json
 from xsa.studies.scale import PAIRS, ROBUST_PRIMARY_SEEDS, SELECT, gate_arm
 from xsa.studies.registry import get_study
 
@@ -80,7 +80,7 @@ def test_the_gate_starts_at_zero_beside_its_fixed_alpha_arm():
 
 
 def test_the_model_reads_the_robust_levels_from_the_committed_records():
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     results = REPO_ROOT / "results"
     conds = {c.name: c for c in model_conditions(results)}
     x1 = conds["length x1"]
@@ -95,7 +95,7 @@ def test_the_model_reads_the_robust_levels_from_the_committed_records():
 def test_the_committed_preregistration_is_the_generated_one():
     from xsa.prereg import FILENAME
     from xsa.studies.prereg_scale import scale_document
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     results = REPO_ROOT / "results"
     assert (results / "scale" / FILENAME).read_text() == scale_document(results)
 
@@ -147,7 +147,7 @@ def test_the_x4_check_trains_each_arm_at_the_other_arms_rate_once_the_bracket_ha
 def test_the_committed_x4_check_registration_is_the_generated_one():
     from xsa.prereg import FILENAME
     from xsa.studies.prereg_check import check_document
-    from xsa.runs.records import REPO_ROOT
+    from xsa.base.records import REPO_ROOT
     results = REPO_ROOT / "results"
     from xsa.studies.scale import CHECKS
     assert (results / "scale-check" / FILENAME).read_text() == check_document(results, CHECKS[0])

@@ -1,10 +1,10 @@
-"""Every record the paper reads matches the schema of its kind (xsa/report/schemas.py): each committed
+"""Every record the paper reads matches the schema of its kind (xsa/checks/schemas.py): each committed
 record passes, and a planted bad value of each kind is refused naming its file and field, never in a
 traceback; the paper stage's record check (integrity.py) reports the same problems and stops. The GPU
 quick check's record is checked on one its writer wrote (tests/data/gpu_quick_check_dry.json, from
 `python -m xsa.gpu_check --quick --dry`), the archive manifest on xsa/archive.sha256. A run's config.json
-and every line of its metrics.jsonl are checked too (xsa/report/run_schemas.py): the lines by the quick
-test of xsa/report/schema_parts.py, which must never pass a line the validator refuses."""
+and every line of its metrics.jsonl are checked too (xsa/checks/run_schemas.py): the lines by the quick
+test of xsa/checks/schema_parts.py, which must never pass a line the validator refuses."""
 
 import copy
 import dataclasses
@@ -21,9 +21,9 @@ import pytest
 from xsa import report
 from xsa.stack.config import RECORD_EXTRAS, GPTConfig, TrainConfig
 from xsa.stack.presets import PRESETS, make_config
-from xsa.runs.records import REPO_ROOT
-from xsa.report import integrity, run_schemas, schema_parts, schemas
-from xsa.report.integrity import archive_problems, validate
+from xsa.base.records import REPO_ROOT
+from xsa.checks import integrity, run_schemas, schema_parts, schemas
+from xsa.checks.integrity import archive_problems, validate
 from xsa.studies.registry import get_study
 
 # where each kind of record is committed (an archived study's runs are run records too)
@@ -252,7 +252,7 @@ def model(**change):
     return lambda r: r["model"].update(change)
 
 
-BAD += [  # a run's config.json (xsa/report/run_schemas.py)
+BAD += [  # a run's config.json (xsa/checks/run_schemas.py)
     ("config", lambda r: r.update(matrix_lr=-0.02), "matrix_lr: -0.02 is less than or equal to the minimum of 0"),
     ("config", lambda r: r.update(embedding_lr=0.0), "embedding_lr: 0.0 is less than or equal to the minimum of 0"),
     ("config", lambda r: r.update(unembedding_lr=float("nan")), "unembedding_lr: nan is not finite"),
@@ -431,7 +431,7 @@ def test_a_torn_empty_or_unreadable_metrics_file_is_one_problem(tmp_path):
     assert schemas.check_lines("metrics", tmp_path / "gone") == [f"{tmp_path / 'gone'}: missing"]
 
 
-# -- the quick test (xsa/report/schema_parts.py): a shortcut that never passes what the validator refuses
+# -- the quick test (xsa/checks/schema_parts.py): a shortcut that never passes what the validator refuses
 
 POP = object()
 ODD = [float("nan"), float("inf"), -float("inf"), -1, -1e-9, 0, 0.0, 0.5, 1, 1.0, 1.5, 25.0, 2**63, 10.0, "x", "",

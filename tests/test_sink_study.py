@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from xsa.factorial.design import factorial_study
+from xsa.studies.factorial.design import factorial_study
 from xsa.studies import sink_analysis as S
 from xsa.studies.sink import CONDITIONS, MECHANISMS, contrast_names, decision_names, ordered_runs, sink_study
 from xsa.studies.sink_prereg import new_runs, sink_document

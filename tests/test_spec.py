@@ -7,7 +7,7 @@ import pytest
 
 from xsa.stack.config import ConfigError, TrainConfig
 from xsa.stack.presets import make_config
-from xsa.runs.records import REPO_ROOT, read_json
+from xsa.base.records import REPO_ROOT, read_json
 from xsa.stack.spec import Arm, Run
 from xsa.studies.registry import STUDIES, get_study
 

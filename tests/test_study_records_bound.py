@@ -14,14 +14,14 @@ from types import SimpleNamespace
 import pytest
 
 from xsa import report
-from xsa.factorial import analysis, models
-from xsa.report import integrity, run_check
-from xsa.report.factorial import factorial_book
+from xsa.studies.factorial import analysis, models
+from xsa.checks import integrity, run_check
+from xsa.books.factorial import factorial_book
 from xsa.runs.diverged import write_diverged
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 from xsa.studies import registry
 from xsa.studies.kinds import Study
-from xsa.factorial.design import factorial_study
+from xsa.studies.factorial.design import factorial_study
 
 RESULTS = REPO_ROOT / "results"
 DEFAULT = registry.get_study("default")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xsa.report import schemas
+from xsa.checks import schemas
 from xsa.throughput import copy_task_batch, main, overhead_stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,7 +120,7 @@ def test_gpu_check_names_missing_prerequisites():
 
 
 def test_datasheet_peaks_by_device_name(monkeypatch):
-    from xsa.stack.common import datasheet_peak_flops, mfu
+    from xsa.base.common import datasheet_peak_flops, mfu
     assert datasheet_peak_flops(torch.device("cpu")) is None
     for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
                        ("NVIDIA H200 NVL", 836e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)]:

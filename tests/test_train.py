@@ -17,7 +17,7 @@ from xsa.runs.load import load_model
 from xsa.stack import checkpoint
 from xsa.stack.config import ConfigError
 from xsa.stack.presets import make_config
-from xsa.runs.records import read_json, read_jsonl
+from xsa.base.records import read_json, read_jsonl
 from xsa.train import EMA_BETA, TrainingDiverged, main, train
 
 from conftest import QUIET, kill_during, spawn_ranks
@@ -106,12 +106,12 @@ def test_max_steps_then_resume_is_bit_identical(smoke_data, tmp_path):
 def test_provenance_names_the_commit_a_run_started_from(smoke_data, tmp_path, monkeypatch):
     """The commit is taken when training starts and kept through a resume; a run resumed at another
     commit records that one beside it, never in its place."""
-    import xsa.runs.records
+    import xsa.base.records
     import xsa.train
     cfg = make_config("smoke", **QUIET)
     state = {"git_commit": "a" * 40, "git_dirty": False}
     monkeypatch.setattr(xsa.train, "git_state", lambda: dict(state))
-    monkeypatch.setattr(xsa.runs.records, "git_state", lambda: dict(state))
+    monkeypatch.setattr(xsa.base.records, "git_state", lambda: dict(state))
     run(cfg, tmp_path / "same", smoke_data)
     prov = read_json(tmp_path / "same" / "provenance.json")
     assert prov["git_commit"] == "a" * 40 and "git_commit_end" not in prov

@@ -1,4 +1,4 @@
-"""Decisions in the estimates, words in the template (xsa/report/verdicts.py): a study registered final
+"""Decisions in the estimates, words in the template (xsa/books/verdicts.py): a study registered final
 has every declared run recorded, so its text carries no interim branch; each verdict the paper's template
 tests is a key of the estimates with that outcome among its kind's, and each verdict key the estimates
 hold is read by the text; the rules themselves on made-up estimates; and a text that states a study
@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from xsa.report.estimates import Book, Estimate, read_estimates
-from xsa.report.verdicts import (OUTCOMES, NotWhole, anchors, direction, fit, interval, missing, registered, trend,
+from xsa.books.estimates import Book, Estimate, read_estimates
+from xsa.books.verdicts import (OUTCOMES, NotWhole, anchors, direction, fit, interval, missing, registered, trend,
                                  whole)
 from xsa.report.writing import VERDICTS, render, template_for
-from xsa.runs.jobs import trained
-from xsa.runs.records import REPO_ROOT
+from xsa.studies.jobs import trained
+from xsa.base.records import REPO_ROOT
 from xsa.studies.registry import STUDIES, get_study
 
 ESTIMATES = REPO_ROOT / "results" / "estimates"
@@ -208,7 +208,7 @@ def test_whole_names_a_study_without_a_final_flag():
 
 
 def test_the_estimates_schema_holds_a_verdict_to_its_outcome():
-    from xsa.report.schemas import problems
+    from xsa.checks.schemas import problems
     ok = {"study": "x", "estimates": [{"key": "a_direction", "value": None, "runs": [], "family": "verdict",
                                        "verdict": "lowers"}]}
     assert problems("estimates", ok, "x.json") == []
@@ -221,7 +221,7 @@ def test_the_factorial_section_says_what_each_registered_outcome_says():
     """Each outcome of the factorial's registered decision table chooses its sentences: a conditional d12
     number for the account named, or the candidates' numbers side by side and no statement (in the section,
     the abstract and the conclusion)."""
-    from xsa.report.verdicts import axis, model
+    from xsa.books.verdicts import axis, model
     book = _book()
     text = lambda blocks: " ".join(" ".join(c for kind, c in blocks if kind == "markdown").split())
     f = book["factorial"]
@@ -244,7 +244,7 @@ def test_the_factorial_section_says_what_each_registered_outcome_says():
                 assert ("even the chosen model does not fit" in said) == (p < 0.05)
                 assert ("criterion chooses steps" in said) == ("steps" in chosen)
     assert model("m", ["tokens per parameter + parameters", "steps + parameters"]).verdict == "with parameters"
-    from xsa.report.factorial import VERDICTS, factorial_verdicts, model_book
-    from xsa.runs.records import REPO_ROOT as root
+    from xsa.books.factorial import VERDICTS, factorial_verdicts, model_book
+    from xsa.base.records import REPO_ROOT as root
     made = factorial_verdicts(root / "results", book["factorial"], model_book(root / "results")[1])
     assert {k: e.unit for k, e in made.items()} == VERDICTS  # the kinds the check above reads are the ones made

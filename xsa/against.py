@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from xsa.stack.common import autodetect_device, clock, device_name, sync
+from xsa.base.common import autodetect_device, clock, device_name, sync
 from xsa.stack.model import GPT
 from xsa.stack.presets import PRESETS, make_config
-from xsa.runs.records import REPO_ROOT, atomic_write_json, check_out, provenance
+from xsa.base.records import REPO_ROOT, atomic_write_json, check_out, provenance
 from xsa.stack.step import Step
 
 

@@ -8,7 +8,7 @@ The project's first CPU study (commit 30bc3ae: 4 and 6 heads of 64 at widths 256
 stack of that time, three seeds) was replaced by the current presets; its records left results/
 with it. This copies each run's config.json, summary.json and provenance.json exactly as that
 commit holds them (`git show`, byte for byte), so the rows the paper prints for it are computed
-from its records (xsa/report/archive.py). Nothing is retrained; the configs are of an older stack
+from its records (xsa/books/archive.py). Nothing is retrained; the configs are of an older stack
 and are read as plain data, not as today's TrainConfig.
 
 Every archived file's sha256 is committed beside this module (xsa/archive.sha256, in sha256sum's
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xsa.runs.records import REPO_ROOT, atomic_write_bytes
+from xsa.base.records import REPO_ROOT, atomic_write_bytes
 
 FILES = ("config.json", "summary.json", "provenance.json")
 ARCHIVE = "archive"  # under results/

@@ -39,12 +39,12 @@ import torch.nn.functional as F
 
 from xsa.runs.load import load_model, run_data_dir
 from xsa.stack.checkpoint import weights_sha256
-from xsa.stack.common import autodetect_device, device_name
+from xsa.base.common import autodetect_device, device_name
 from xsa.data.loader import val_batches
 from xsa.data.shards import check_files
 from xsa.runs.plot import new_figure, save_figure
-from xsa.runs.records import DIAGNOSTIC_METRICS, atomic_write_json, check_out, provenance, read_json
-from xsa.runs.runlock import own_run
+from xsa.base.records import DIAGNOSTIC_METRICS, atomic_write_json, check_out, provenance, read_json
+from xsa.base.runlock import own_run
 from xsa.stack.spec import arm_record
 from xsa.stack.step import Precision
 

@@ -48,9 +48,9 @@ from pathlib import Path
 
 import torch
 
-from xsa.stack.common import autodetect_device
+from xsa.base.common import autodetect_device
 from xsa.gpu.parts import PARTS, Check
-from xsa.runs.records import REPO_ROOT, provenance
+from xsa.base.records import REPO_ROOT, provenance
 
 
 def compiler_problems() -> list[str]:

@@ -34,7 +34,7 @@ import sys
 import torch
 
 from xsa.gpu_check import cuda_problems
-from xsa.runs.jobs import recorded_config, trained
+from xsa.studies.jobs import recorded_config, trained
 from xsa.runs.layout import default_layout
 from xsa.runs.runlog import finished_summary
 from xsa.stack.spec import format_value

@@ -1,67 +1,64 @@
 """
-The package's layers, lowest first: a module imports modules of its own layer or of a layer below,
-never of a layer above, and no chain of imports comes back to where it started (imports inside
-functions count). tests/test_house_rules.py checks both, with the other house rules (module and
-function sizes, imports at the top of a module unless a comment says why not).
+The package's floors, lowest first. A wing is a folder of `xsa/` (stack, runs, ...); a top-level module
+(`xsa/train.py`) is a wing of its own, and so is a wing's command line (`xsa/data/__main__.py`, named
+"data.__main__"): a command reads the wings, no wing reads a command. A module imports modules of its own
+wing or of a wing on a lower floor, never one on its floor or above (imports inside functions count), so
+the wings' import graph has no cycle. tests/test_wings.py checks it, with the other house rules in
+tests/test_house_rules.py (no module-level import circle, module and function sizes, imports at the top
+of a module unless a comment says why not).
 
-A name ending in ".*" stands for every module of that package; a module in no layer is an error, so
-a new module is placed here when it is added.
+Every wing is on a floor: a new folder or top-level module is placed here when it is added.
 """
 
 from __future__ import annotations
 
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # records on disk, hashing, paths, statistics, the figure style, run locks, the loss and bpb
-    # (the wings' packages themselves hold only their docstrings)
-    ("foundation", ("xsa", "xsa.stack", "xsa.runs", "xsa.studies", "xsa.gpu", "xsa.layers", "xsa.runs.records",
-                    "xsa.stack.common", "xsa.stats", "xsa.runs.plot", "xsa.runs.runlock", "xsa.runs.diverged",
-                    "xsa.archive",
-                    "xsa.stack.loss", "xsa.stack.bpb")),
-    # every field of a run's config, its checks and the recipes
-    ("configuration", ("xsa.stack.config",)),
-    # the presets and make_config
-    ("presets", ("xsa.stack.presets",)),
-    # one run: its name, its config and its output paths
-    ("runs", ("xsa.stack.spec", "xsa.runs.layout")),
-    # the model and its attention, the optimizer, one training step, the loop's bookkeeping, checkpoints, a
-    # run folder's checks, loading a trained run folder, the data
-    ("compute", ("xsa.stack.model", "xsa.stack.attention", "xsa.stack.kvcache", "xsa.stack.optim", "xsa.stack.step",
-                 "xsa.stack.timers", "xsa.stack.checkpoint", "xsa.runs.runlog", "xsa.runs.load", "xsa.data",
-                 "xsa.data.*")),
-    # the kinds of study and comparison, and the rules of an adaptive study
-    ("study kinds", ("xsa.studies.kinds", "xsa.studies.rules")),
-    # the studies as data
-    ("studies", ("xsa.studies.registry", "xsa.studies.scale", "xsa.factorial", "xsa.factorial.design",
-                 "xsa.studies.sink", "xsa.studies.optimizer")),
-    # the scale study's model and prediction, read from run records (pre-registered with it)
-    ("analysis", ("xsa.studies.predict",)),
-    # the stages that write run records, and the checks and benchmarks beside them
-    ("stages", ("xsa.train", "xsa.evaluate", "xsa.evaluate.*", "xsa.diagnostics", "xsa.throughput",
-                "xsa.validation", "xsa.against", "xsa.gpu_check", "xsa.gpu.parts", "xsa.gpu.cost", "xsa.memory",
-                "xsa.reproduce", "xsa.data.__main__")),
-    # tables, figures, claims and sentences, read from run records
-    ("report", ("xsa.report", "xsa.report.*", "xsa.factorial.analysis", "xsa.factorial.models",
-                "xsa.factorial.steps", "xsa.factorial.d12", "xsa.studies.sink_analysis",
-                "xsa.studies.optimizer_analysis")),
-    # a study's pre-registration (its power analysis reads the pilot's records)
-    ("pre-registration", ("xsa.prereg", "xsa.studies.prereg_scale", "xsa.studies.prereg_check",
-                          "xsa.factorial.prereg", "xsa.studies.sink_prereg", "xsa.studies.optimizer_prereg")),
-    # the paper's export and its checks
-    ("paper", ("xsa.report.export", "xsa.report.paper_checks")),
-    # the pipeline over the stage notebooks and its jobs
-    ("pipeline", ("xsa.runs.jobs", "xsa.pipeline", "xsa.gpu_study")),
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # what every wing imports and that imports nothing of ours: records, run locks, statistics, devices
+    # (the root package holds only its docstring; this file holds only data)
+    ("ground", ("xsa", "layers", "base")),
+    # the model and how it trains: configs, presets, a run's spec, the model, the step, checkpoints
+    ("stack", ("stack",)),
+    # the training data: sources, the tokenizer, shards, the loader
+    ("data", ("data",)),
+    # run folders: their paths, their log on resume, a diverged run, a trained folder loaded back, the plots
+    ("runs", ("runs",)),
+    # the stages that write records beside training, and restoring an earlier study's records
+    ("stages", ("validation", "diagnostics", "throughput", "memory", "against", "archive")),
+    # training (it runs the diagnostics on its evaluations)
+    ("training", ("train",)),
+    # repeating a committed run from its record
+    ("reproduction", ("reproduce",)),
+    # scoring trained runs: CORE, the chat evaluations, decode speed (checked against validation)
+    ("evaluation", ("evaluate",)),
+    # the GPU path's parts and a study's price on GPUs
+    ("gpu", ("gpu",)),
+    # the studies as data, their rules, analyses and registrations, and the jobs over their runs
+    ("studies", ("studies",)),
+    # the record checks: every record's schema, a run folder checked whole, the record set a paper is
+    # built from, an adaptive study's ledger, and the records read back with the metrics they hold
+    ("checks", ("checks",)),
+    # the estimate books: every number the paper states, computed once from checked records and written
+    # to results/estimates/<study>.json with the verdicts decided from them
+    ("books", ("books",)),
+    # the paper: tables, figures, claims and sentences from the books, the build and its export
+    ("report", ("report",)),
+    # the commands
+    ("commands", ("prereg", "gpu_check", "data.__main__", "evaluate.__main__")),
+    ("pipeline", ("pipeline", "gpu_study")),
 )
 
 
-def _matches(module: str, pattern: str) -> bool:
-    return module.startswith(pattern[:-1]) if pattern.endswith(".*") else module == pattern
+def wing_of(module: str) -> str:
+    """The wing of a dotted module name: its folder under the root package ("xsa.stack.model" ->
+    "stack"), a top-level module's own name, "<folder>.__main__" for a folder's command line, and the
+    root package's name for the root package itself."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return parts[0]
+    return f"{parts[1]}.__main__" if parts[-1] == "__main__" and len(parts) > 2 else parts[1]
 
 
-def layer_of(module: str, layers=LAYERS) -> int | None:
-    """The index of the layer `module` belongs to (0 is the lowest), None when it is in none; a module
-    named exactly wins over a package's ".*" (the data package's command line sits above the data)."""
-    for exact in (True, False):
-        for i, (_, patterns) in enumerate(layers):
-            if any(module == p if exact else _matches(module, p) for p in patterns):
-                return i
-    return None
+def floor_of(module: str, floors=FLOORS) -> int | None:
+    """The index of the floor of `module`'s wing (0 is the lowest), None when its wing is on none."""
+    wing = wing_of(module)
+    return next((i for i, (_, wings) in enumerate(floors) if wing in wings), None)

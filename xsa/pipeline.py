@@ -8,7 +8,7 @@ The paper pipeline: run a study's stage notebooks in order through papermill, th
 
 Stages, in order (the list is data: STAGES): validation, data, train (one notebook per run),
 evaluate and diagnostics (one per run), throughput (one per preset), paper. Each executed notebook
-is kept as the record of its stage under <results>/executed/<study>/. A job (xsa/runs/jobs.py) is skipped
+is kept as the record of its stage under <results>/executed/<study>/. A job (xsa/studies/jobs.py) is skipped
 when its outputs exist for the same inputs: training compares the run record's config by value, the
 other stages a hash of their parameters and upstream record stored in the executed notebook.
 `--force` reruns. A half-finished training run resumes from its checkpoint. A failing stage keeps its
@@ -27,7 +27,7 @@ evaluate and diagnostics jobs have the run's index, so they land in the shard th
 the study-wide stages (validation, paper) belong to shard 0. Build the data first (--stages
 validation data), and the paper after every shard has finished (--stages paper).
 
-The paper stage builds only from a whole record set (xsa/report/integrity.py): a damaged or
+The paper stage builds only from a whole record set (xsa/checks/integrity.py): a damaged or
 missing record stops it before it writes; `--leave-out RUN_ID ...` leaves runs out on purpose,
 and the paper names them.
 
@@ -46,17 +46,18 @@ import time
 import warnings
 from pathlib import Path
 
-from xsa.stack.common import autodetect_device
+from xsa.base.common import autodetect_device
 from xsa.data import ensure_data
 from xsa.data.climbmix import tokens_read
-from xsa.runs.jobs import (STAGES, Context, Job, StageError, config_changes, diverged, is_done, jobs_for, prepare_train,
+from xsa.studies.jobs import (STAGES, Context, Job, StageError, config_changes, diverged, is_done, jobs_for, prepare_train,
                       recorded_config, train_config, trained)
-from xsa.runs.layout import NOTEBOOKS, Layout, default_layout, model_path  # noqa: F401 (default_layout: the notebooks)
+from xsa.stack.checkpoint import model_path
+from xsa.runs.layout import NOTEBOOKS, Layout, default_layout  # noqa: F401 (default_layout: the notebooks)
 from xsa.report.export import export_paper, paper_runs, stable_notebook
-from xsa.report.paper_checks import check_paper_stage
-from xsa.runs.records import REPO_ROOT, atomic_write_text, git_state, read_json
-from xsa.report.integrity import known_runs  # leave_out may name the robustness study's runs
-from xsa.runs.runlock import RunFolderBusy, busy, own_run
+from xsa.checks.paper_checks import check_paper_stage
+from xsa.base.records import REPO_ROOT, atomic_write_text, git_state, read_json
+from xsa.checks.integrity import known_runs  # leave_out may name the robustness study's runs
+from xsa.base.runlock import RunFolderBusy, busy, own_run
 from xsa.studies.registry import ADAPTIVE, get_study
 
 

@@ -22,14 +22,14 @@ from functools import partial
 from pathlib import Path
 
 from xsa.studies.rules import detectable, half_width, slope_detectable
-from xsa.factorial.prereg import d12_test_document, factorial_document
+from xsa.studies.factorial.prereg import d12_test_document, factorial_document
 from xsa.studies.prereg_check import check_document
 from xsa.studies.prereg_scale import scale_document
 from xsa.studies.optimizer_prereg import optimizer_document
 from xsa.studies.sink_prereg import sink_document
-from xsa.runs.records import REPO_ROOT, atomic_write_text, check_out
-from xsa.report.records import load_runs, per_seed
-from xsa.stats import mean_ci, relative_differences
+from xsa.base.records import REPO_ROOT, atomic_write_text, check_out
+from xsa.checks.records import load_runs, per_seed
+from xsa.base.stats import mean_ci, relative_differences
 from xsa.studies.scale import CHECKS
 from xsa.studies.registry import ADAPTIVE, HEADS_SEEDS, PRECISION, SECONDARY_SEEDS, get_study
 

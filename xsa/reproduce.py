@@ -44,10 +44,10 @@ from xsa.stack.config import RECORD_EXTRAS, TrainConfig, dict_hash
 from xsa.data import ensure_data
 from xsa.data.build import COMPLETE
 from xsa.data.shards import data_fingerprint
-from xsa.runs.records import (REPO_ROOT, atomic_write_json, check_out, cpu_identity, cpu_key, cpu_model, read_json,
+from xsa.base.records import (REPO_ROOT, atomic_write_json, check_out, cpu_identity, cpu_key, cpu_model, read_json,
                          software_versions)
 from xsa.stack.spec import Run
-from xsa.stats import Interval
+from xsa.base.stats import Interval
 from xsa.train import train
 
 

@@ -27,7 +27,7 @@ MFU = flops_per_token (model.estimate_flops(), the baseline's count for both arm
       / peak, where peak is a matmul throughput measured here on this device (bf16 on CUDA, fp32
       on CPU), not a datasheet number. On CPU both are per second of this process's CPU time, so
       other programs' load does not bend the ratio. mfu_datasheet divides by the GPU datasheet's
-      bf16 dense peak instead (xsa.stack.common.DATASHEET_BF16_PEAKS, e.g. 989 TFLOP/s on H100 SXM and
+      bf16 dense peak instead (xsa.base.common.DATASHEET_BF16_PEAKS, e.g. 989 TFLOP/s on H100 SXM and
       H200), the number nanochat reports; None on CPU. The measured peak is lower (about 790 TFLOP/s
       on an H200), so mfu > mfu_datasheet.
 
@@ -56,15 +56,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from xsa.stack.common import autodetect_device, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.base.common import autodetect_device, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
 from xsa.stack.config import ConfigError
 from xsa.stack.model import GPT
 from xsa.runs.plot import new_figure, save_figure
 from xsa.stack.presets import PRESETS
-from xsa.runs.records import REPO_ROOT, atomic_write_json, check_own, provenance
+from xsa.base.records import REPO_ROOT, atomic_write_json, check_own, provenance
 from xsa.stack.spec import Arm, arm_record, parse_overrides
 from xsa.stack.step import Schedules, Step
-from xsa.studies.registry import xsa_pair
 
 ARMS = ("baseline", "xsa")
 BOOTSTRAP_RESAMPLES = 5000
@@ -165,7 +164,7 @@ def arm_summary(arm: TimedArm, tokens_per_step: int, peak: float, sheet: float |
     t = arm.times
     q1, _, q3 = statistics.quantiles(t, n=4) if len(t) >= 2 else (t[0], t[0], t[0])
     med = statistics.median(t)
-    # MFU on the clock the peak was measured with (xsa.stack.common.mfu): CPU time on CPU, wall time on GPUs
+    # MFU on the clock the peak was measured with (xsa.base.common.mfu): CPU time on CPU, wall time on GPUs
     busy = statistics.median(arm.cpu_times) if arm.device.type == "cpu" else med
     return {
         "step_time_median_s": med,
@@ -192,8 +191,8 @@ def default_runs(preset: str, seed: int = 0, **overrides) -> tuple:
     if arm_fields:
         raise ValueError(f"set: {arm_fields[0]} is what tells the two arms apart (the baseline has no XSA layer, "
                          "the XSA arm alpha 1 on every layer); to time another pair, compare with --vs")
-    pair = xsa_pair(preset, **overrides)
-    return pair.a.run(seed), pair.b.run(seed)
+    base = Arm.of(preset, **overrides)
+    return base.run(seed), base.with_xsa().run(seed)
 
 
 def vs_runs(preset: str, vs: dict, seed: int = 0, **overrides) -> tuple:

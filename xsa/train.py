@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from xsa.runs.load import checked_tokenizer
 from xsa.stack import checkpoint as ckpt
 from xsa.stack.bpb import evaluate_bpb
-from xsa.stack.common import autodetect_device, device_name, dist_info, print0
+from xsa.base.common import autodetect_device, device_name, dist_info, print0
 from xsa.stack.config import ConfigError, TrainConfig
 from xsa.data import data_dir as default_data_dir, ensure_data
 from xsa.data.build import COMPLETE
@@ -54,9 +54,9 @@ from xsa.diagnostics import diagnostics_snapshot
 from xsa.stack.model import GPT, build as build_model
 from xsa.stack.presets import PRESETS
 from xsa.runs.diverged import clear_diverged, write_diverged
-from xsa.runs.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, code_provenance, git_state,
+from xsa.base.records import (REPO_ROOT, append_jsonl, atomic_write_json, atomic_write_text, code_provenance, git_state,
                          provenance)
-from xsa.runs.runlock import RunFolderBusy, hold_folder, move_aside, own_run
+from xsa.base.runlock import RunFolderBusy, hold_folder, move_aside, own_run
 from xsa.runs.runlog import check_run_dir, finished_summary, kept_log, same_data
 from xsa.stack.spec import Run, arm_record, parse_overrides
 from xsa.stack.step import Step

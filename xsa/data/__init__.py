@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xsa.stack.common import cache_dir
+from xsa.base.common import cache_dir
 from xsa.stack.config import DATA_SUBSETS
 from xsa.data import build as builder  # the module: xsa.data.build stays the submodule
 from xsa.data import climbmix

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from xsa.stack.common import cache_dir
-from xsa.runs.records import sha256_file
+from xsa.base.common import cache_dir
+from xsa.base.records import sha256_file
 
 BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip"
 # sha256 of the zip as published (a mismatch means upstream changed it; override deliberately

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from xsa.stack.common import cache_dir
+from xsa.base.common import cache_dir
 from xsa.stack.config import DATA_SUBSETS, RECIPES
 from xsa.data.hub import download_parquet
 from xsa.stack.presets import make_config

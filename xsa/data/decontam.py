@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xsa.stack.common import cache_dir
+from xsa.base.common import cache_dir
 from xsa.data.bundle import BUNDLE_ENV, resolve_bundle
 
 NGRAM = 13

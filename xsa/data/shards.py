@@ -18,7 +18,7 @@ from typing import Iterable
 
 import numpy as np
 
-from xsa.runs.records import atomic_write_text, sha256_file
+from xsa.base.records import atomic_write_text, sha256_file
 
 SEGMENT_CHARS = 3000  # about 700-1000 tokens at 8k vocabulary: comparable to a training row
 SHARD_TOKENS = 100_000_000  # tokens per shard file (200 MB as uint16)

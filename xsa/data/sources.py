@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from xsa.stack.common import cache_dir
-from xsa.runs.records import sha256_file
+from xsa.base.common import cache_dir
+from xsa.base.records import sha256_file
 from xsa.data import clean
 
 ARCHIVE_DIR_ENV = "XSA_ARCHIVE_DIR"

@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from xsa.evaluate.run import evaluate_run_chat, evaluate_run_core
-from xsa.runs.runlock import RunFolderBusy
+from xsa.base.runlock import RunFolderBusy
 
 
 def main(argv=None):

@@ -24,7 +24,7 @@ import json
 
 import torch
 
-from xsa.stack.common import Timer, autodetect_device, device_name
+from xsa.base.common import Timer, autodetect_device, device_name
 from xsa.evaluate.chat import greedy_batch
 from xsa.stack.presets import PRESETS, make_config
 from xsa.stack.step import Precision

@@ -10,13 +10,13 @@ from filelock import FileLock
 
 from xsa.runs.load import load_model
 from xsa.stack.checkpoint import weights_sha256
-from xsa.stack.common import autodetect_device, device_name
+from xsa.base.common import autodetect_device, device_name
 from xsa.data.bundle import load_bundle, resolve_bundle
 from xsa.evaluate.chat import evaluate_chatcore
 from xsa.evaluate.core import check_max_per_task, default_batch_tokens, evaluate_core, model_scorer
 from xsa.evaluate.sft import check_args, ensure_sft
-from xsa.runs.records import atomic_write_json, check_out, provenance, read_json
-from xsa.runs.runlock import own_run
+from xsa.base.records import atomic_write_json, check_out, provenance, read_json
+from xsa.base.runlock import own_run
 from xsa.stack.step import Precision
 
 

@@ -37,7 +37,7 @@ from xsa.stack.checkpoint import load_checked
 from xsa.stack.config import ConfigError
 from xsa.evaluate.chat import render_conversation
 from xsa.evaluate.sft_data import SFT_SEED, nanochat_data, registry_data
-from xsa.runs.records import atomic_torch_save, atomic_write_json, read_json
+from xsa.base.records import atomic_torch_save, atomic_write_json, read_json
 from xsa.stack.step import Precision, Schedules, Step
 
 SOURCES = ("auto", "registry", "nanochat")

@@ -26,7 +26,7 @@ import random
 import zipfile
 from pathlib import Path
 
-from xsa.stack.common import cache_dir
+from xsa.base.common import cache_dir
 from xsa.data.decontam import Decontaminator
 from xsa.data.hub import download_parquet
 from xsa.data.sources import Archive, fetch

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from xsa.stack.common import DATASHEET_BF16_PEAKS
+from xsa.base.common import DATASHEET_BF16_PEAKS
 from xsa.stack.model import GPT
 
 GPUS = 8

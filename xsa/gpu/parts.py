@@ -22,11 +22,11 @@ import torch.nn.functional as F
 from torch.profiler import profile
 
 from xsa.stack import checkpoint as ckpt
-from xsa.stack.common import Timer, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
+from xsa.base.common import Timer, datasheet_peak_flops, device_name, matmul_peak_flops, mfu, sync
 from xsa.evaluate.decode_speed import measure
 from xsa.stack.model import build
 from xsa.stack.presets import make_config
-from xsa.runs.records import atomic_write_json
+from xsa.base.records import atomic_write_json
 from xsa.stack.step import Precision, Step
 from xsa.throughput import copy_task_batch
 

@@ -10,16 +10,18 @@ results/throughput/<preset>.json; iterates the study's comparisons and claims (x
 the design of the study lives in one place. Everything is deterministic: the same records give the
 same bytes.
 
-- integrity: the study's record set checked whole before anything is written (validate)
-- records:   reading run folders back, per-seed values of an arm
-- metrics:   every metric defined once (label, header, unit, relative or absolute, where recorded)
-- estimates: an estimate (value, interval, n, p, Holm p, definition, run ids) and its files
-- declared:  each study's declared estimates, computed once
-- tables:    the table builders and the one table writer
-- figures:   the figure builders and the one figure saver
-- robust, archive, rows: the robustness table's rows, from the estimates
+It stands on the two wings below it: the record checks (xsa/checks/: the study's record set checked
+whole before anything is written, the records read back) and the estimate books (xsa/books/: every
+number, computed once and written to results/estimates/). This wing renders them:
+
+- tables, columns: the table builders, every column defined once, and the one table writer
+- figures, paper_figures: the figure builders and the one figure saver
+- robust, rows: the robustness table's rows, from the estimates
+- scale_section, crossscale: the scale study's tables and figures, and the cross-scale rows
 - claims:    the seed paper's claims, judged by the confirmatory estimates
 - writing:   the text's template rendered: numbers by key, verdicts checked, figures and tables numbered
+- notes:     what the paper says of its records rather than its results
+- export:    the executed paper notebook to HTML, Markdown and PDF
 """
 
 from __future__ import annotations
@@ -28,25 +30,26 @@ from pathlib import Path
 
 from xsa.report.claims import claims_table
 from xsa.report.columns import DISPLAY_ARMS, cell, display, headers
-from xsa.report.declared import PLANNED_SEEDS, robust_estimates, study_estimates
-from xsa.report.estimates import Book, as_written, read_estimates, write_estimates
-from xsa.report.metrics import METRICS
+from xsa.books.declared import PLANNED_SEEDS, robust_estimates, study_estimates
+from xsa.books.estimates import Book, as_written, read_estimates, write_estimates
+from xsa.checks.metrics import METRICS
 from xsa.report.robust import robustness, secondary_kind
-from xsa.report.factorial import d12_book, d12_test_books, factorial_table
-from xsa.report.paper_estimates import extrapolation_table, later_books, unlisted_runs, with_sds
+from xsa.books.factorial import d12_book, d12_test_books, factorial_table
+from xsa.books.paper_estimates import extrapolation_table, later_books, unlisted_runs, with_sds
 from xsa.report.paper_figures import paper_figures, study_compute
-from xsa.report.scale import scale_figures, scale_parts
-from xsa.stats import Interval
+from xsa.report.scale_section import scale_figures, scale_parts
+from xsa.base.stats import Interval
 from xsa.studies.scale import CHECKS, D12_ENDPOINT
-from xsa.factorial.d12 import cpu_statement
+from xsa.studies.factorial.d12 import cpu_statement
 from xsa.studies.registry import Contrast, Paired, Sweep, Versus, get_study
 from xsa.report.notes import left_out_note, machine_warnings
 from xsa.report.writing import pct, render, template_for
-from xsa.report.integrity import RecordError, check_records, refuse_unwhole, validate
+from xsa.checks.integrity import RecordError, check_records, validate
+from xsa.books.verdicts import refuse_unwhole
 from xsa.report.figures import (DPI, fig_core_tasks, fig_curves, fig_diag_effects, fig_diagnostics, fig_forest,
                                 fig_gap, fig_intervals, fig_lr, fig_sweep, fig_task_effects, fig_throughput)
-from xsa.report.records import complete, curve, load_run, load_runs, load_throughput, metric
-from xsa.report.effects import (DIAG_EFFECT_KEYS, DIAG_KEYS, common_seeds, contrast_name, effect_pairs, gap_curves, key,
+from xsa.checks.records import complete, curve, load_run, load_runs, load_throughput, metric
+from xsa.books.effects import (DIAG_EFFECT_KEYS, DIAG_KEYS, common_seeds, contrast_name, effect_pairs, gap_curves, key,
                                  lr_checks, shown_effects, versus_name)
 from xsa.report.tables import (SWEEP_LABELS, arms_table, compute_table, core_tasks_table, diagnostics_effects_table,
                                diagnostics_table, effects_table, fmt, gpu_table, main_table, power_table, setup_table,

@@ -1,5 +1,5 @@
 """
-The seed paper's claims, judged from the confirmatory estimates (xsa/report/estimates.py): each Claim
+The seed paper's claims, judged from the confirmatory estimates (xsa/books/estimates.py): each Claim
 of the study names one comparison and one metric; its row gives the estimate it is judged by (the
 robust study's pre-registered primary for val bpb at the smaller depth, where that study has records;
 otherwise the study's own estimate on its planned seeds), and the verdict:
@@ -14,12 +14,12 @@ until the GPU study has a record of it: a CPU-scale measurement neither supports
 d12 or d24 claim, and a CPU timing says nothing of GPU overhead.
 
 Relative metrics are judged in percent of the seed's own baseline; CORE, whose values sit near zero
-at small scale, in absolute points (xsa/report/metrics.py says which).
+at small scale, in absolute points (xsa/checks/metrics.py says which).
 """
 
 from __future__ import annotations
 
-from xsa.report.estimates import slug
+from xsa.books.estimates import slug
 from xsa.report.writing import verdict_of
 
 

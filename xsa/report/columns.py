@@ -4,18 +4,18 @@ values are written (a fraction as a signed percentage, a spread or width as an u
 number with fewer digits). DISPLAY says which columns each table shows in the paper; the CSV and
 Markdown files under results/tables keep every column under its name.
 
-A new column is one entry of COLUMNS (a metric's own column is its entry in xsa/report/metrics.py).
+A new column is one entry of COLUMNS (a metric's own column is its entry in xsa/checks/metrics.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsa.report.metrics import METRICS, main_metrics, relative
+from xsa.checks.metrics import METRICS, main_metrics, relative
 from xsa.report.tables import fmt
 from xsa.report.writing import pct
-from xsa.runs.records import DIAGNOSTIC_METRICS
-from xsa.stats import Interval
+from xsa.base.records import DIAGNOSTIC_METRICS
+from xsa.base.stats import Interval
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from xsa.gpu.cost import run_flops
 from xsa.stack.presets import make_config
 from xsa.report.figures import FULL, new_figure, save_figure
-from xsa.report.published import PUBLISHED
+from xsa.books.published import PUBLISHED
 from xsa.studies.registry import seed_paper_effect
 from xsa.studies.scale import HEADS_LEVELS, LENGTH_LEVELS
-from xsa.report.estimates import slug
+from xsa.books.estimates import slug
 
 # this project's conditions as the scale study's book names them (each at its level's own config)
 OURS = {**{slug(n): n for n in LENGTH_LEVELS.values() if n != LENGTH_LEVELS["x4"]},

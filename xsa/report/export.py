@@ -27,7 +27,7 @@ import subprocess
 from html import unescape
 from pathlib import Path
 
-from xsa.runs.records import REPO_ROOT, atomic_write_bytes, atomic_write_text
+from xsa.base.records import REPO_ROOT, atomic_write_bytes, atomic_write_text
 from xsa.studies.registry import get_study
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"  # xsa/templates
@@ -55,15 +55,20 @@ def html_with_mathml(html: str) -> str:
 # ends a page with a caption whose table begins on the next (Chromium does not keep a paragraph's break-after:
 # avoid where the table's first rows do not fit); a long table flows on, its caption with its first rows
 _TABLE_CAPTION = re.compile(r"(<p><strong>Table [A-Z]?\d+\.</strong>.*?</p>\s*<table>.*?</table>)", re.S)
+_CAPTION_PARAGRAPH = re.compile(r"<p>(<strong>Table .*?)</p>\s*<table>", re.S)
 LONG_TABLE = 7  # rows: a table this long may flow across pages (a shorter one never breaks: see the style)
 
 
 def tables_with_captions(html: str) -> str:
     """The page with each table and its caption paragraph wrapped in one <div class="paper-table">, marked
-    `long` where the table has at least LONG_TABLE rows."""
+    `long` where the table has at least LONG_TABLE rows. A long table takes its caption in as its <caption>:
+    the print breaks a table's rows but never between its caption and its first row (a paragraph's
+    break-after: avoid, Chromium drops where the rows do not fit)."""
     def wrap(m):
-        long = m.group(1).count("<tr") - 1 >= LONG_TABLE
-        return f'<div class="paper-table{" long" if long else ""}">{m.group(1)}</div>'
+        block = m.group(1)
+        if long := block.count("<tr") - 1 >= LONG_TABLE:
+            block = _CAPTION_PARAGRAPH.sub(r"<table>\n<caption>\1</caption>", block, count=1)
+        return f'<div class="paper-table{" long" if long else ""}">{block}</div>'
     return _TABLE_CAPTION.sub(wrap, html)
 
 

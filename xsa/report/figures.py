@@ -6,7 +6,7 @@ saved by one byte-stable saver (`save_figure`).
 from __future__ import annotations
 
 from xsa.runs.plot import DPI, FULL, HALF, new_figure, save_figure  # noqa: F401 (DPI: the paper's print size)
-from xsa.stats import Interval
+from xsa.base.stats import Interval
 
 
 def _frame(runs, key):

@@ -5,7 +5,7 @@ out on purpose, and pairs whose two arms were trained on machines the records te
 
 from __future__ import annotations
 
-from xsa.runs.records import cpu_key
+from xsa.base.records import cpu_key
 
 
 def left_out_note(left_out) -> str:

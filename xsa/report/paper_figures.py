@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.factorial.design import CELLS, RATES
+from xsa.studies.factorial.design import CELLS, RATES
 from xsa.report.figures import fig_factorial, fig_heatmap, fig_learning, fig_paired
-from xsa.report.records import complete, load_runs, per_seed
-from xsa.stats import mean_ci, relative_differences
+from xsa.checks.records import complete, load_runs, per_seed
+from xsa.base.stats import mean_ci, relative_differences
 from xsa.studies import optimizer_analysis
 
 # the learning curves: the robust study's primary (short) and the factorial's long cells at its higher rate

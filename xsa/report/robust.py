@@ -13,7 +13,7 @@ its pre-registration fixes. A row of the robust study reports how many of its de
 records, so an interim table says so; a step whose rule has not declared its runs yet is "not run".
 
 Only records count: a robust-study run counts once its summary.json is written (its record is then
-checked whole by xsa/report/integrity.py, diagnostics aside, which come at the end of a pass).
+checked whole by xsa/checks/integrity.py, diagnostics aside, which come at the end of a pass).
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.archive import ARCHIVE
-from xsa.report.archive import archived_list, archived_rows
+from xsa.books.archive import archived_list
+from xsa.report.rows import archived_rows
 from xsa.stack.config import scaling_params
-from xsa.report.declared import ROBUST_KEYS, archive_estimates, robust_estimates
-from xsa.report.estimates import SEQ_LENS, records_status, slug
-from xsa.report.integrity import RecordError, check_present
-from xsa.report.records import load_runs, per_seed
+from xsa.books.declared import ROBUST_KEYS, archive_estimates, robust_estimates
+from xsa.books.estimates import SEQ_LENS, records_status, slug
+from xsa.checks.integrity import RecordError, check_present
+from xsa.checks.records import load_runs, per_seed
 from xsa.report.rows import effect_row, minute, not_run_row
-from xsa.stats import mean_ci
+from xsa.base.stats import mean_ci
 from xsa.studies.registry import GROUP_SEEDS, Contrast, Sweep, get_study, group_arms
 
 SLOPE = "sequence-length slope"
@@ -93,7 +94,7 @@ def _first_record(runs, *arms) -> str | None:
 
 def robust_rows(robust, runs, est) -> list[dict]:
     """The robust study's rows from its estimates: its primary endpoint, then its pre-registered secondary
-    family in order (Holm-adjusted over the whole family, xsa/report/declared.py)."""
+    family in order (Holm-adjusted over the whole family, xsa/books/declared.py)."""
     try:
         p = robust.comparison(robust.primary)
     except KeyError:  # the LR selection is still training: nothing declared yet

@@ -1,16 +1,21 @@
 """
-A row of the robustness table: the condition's columns beside one estimate (xsa/report/estimates.py)
+A row of the robustness table: the condition's columns beside one estimate (xsa/books/estimates.py)
 as it stands, or a row that says why a step has no estimate yet. Shared by the robust study's rows
-(xsa/report/robust.py) and the archived study's (xsa/report/archive.py).
+(xsa/report/robust.py) and the archived study's (xsa/books/archive.py).
 """
 
 from __future__ import annotations
 
-from xsa.stats import Interval
+from dataclasses import replace
+from pathlib import Path
+
+from xsa.base.stats import Interval
+from xsa.books.archive import archived_runs, condition
+from xsa.books.estimates import slug
 
 
 def effect_row(label, family, condition: dict, e, declared: int, when=None) -> dict:
-    """One row: the condition's columns and the estimate (xsa/report/estimates.py) as it stands: its
+    """One row: the condition's columns and the estimate (xsa/books/estimates.py) as it stands: its
     interval, whether that excludes zero and the seed paper's effect, its p and Holm p."""
     ci = e.ci
     return dict(condition=label, family=family, **condition, n=e.n, declared=declared, rel=e.value,
@@ -30,3 +35,25 @@ def not_run_row(label, family, why) -> dict:
 def minute(date: str) -> str:
     """An ISO date of a record, to the minute: '2026-12-02 00:18' (the records are in UTC)."""
     return date[:16].replace("T", " ")
+
+
+def archived_rows(root: Path, archived, est: dict, seed_effect) -> list[dict]:
+    """One row a (baseline arm, XSA arm) pair of the archive at root, its numbers from the archive's
+    estimates (xsa/books/declared.py); or, where the archive is missing, one row that says how to
+    restore it."""
+    commit = archived.commit
+    runs = archived_runs(root)
+    family = f"earlier study ({commit})"
+    if not runs:
+        row = not_run_row(f"earlier study: python -m xsa.archive --commit {commit}", family, "")
+        return [{**row, "status": "not restored"}]
+    rows = []
+    for base, xsa in archived.pairs:
+        a, b = runs.get(base, {}), runs.get(xsa, {})
+        e = replace(est[f"c{commit}_{slug(base.replace('_base', ''))}"], seed_paper=seed_effect)
+        label, cond = condition(next(iter(b.values()))["config"])
+        dates = [r["provenance"].get("date", "") for arm in (a, b) for r in arm.values() if r.get("provenance")]
+        row = effect_row(label, family, cond, e, len(a.keys() & b.keys()), minute(min(dates)) if dates else None)
+        row["status"] = "archived"
+        rows.append(row)
+    return rows

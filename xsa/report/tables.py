@@ -1,6 +1,6 @@
 """
 Tables: lists of dicts built from run records and the estimates, and the one writer of tables (CSV
-and Markdown). An effect in a table is an estimate (xsa/report/effects.py computes them); a table
+and Markdown). An effect in a table is an estimate (xsa/books/effects.py computes them); a table
 itself computes none, only arms' means and counts.
 
 Rows hold numbers (floats, ints, `Interval`s); `fmt` turns them into text only when a table is
@@ -16,15 +16,16 @@ from pathlib import Path
 
 from xsa.stack.config import scaling_params
 from xsa.stack.presets import PRESETS, make_config
-from xsa.runs.records import atomic_write_text
-from xsa.report.metrics import effect_metrics, main_metrics, relative
-from xsa.report.effects import DIAG_KEYS, contrast_name, key
-from xsa.report.records import _scalar, by_arm, complete, metric, per_seed
-from xsa.report.verdicts import seed_paper_change, side
+from xsa.base.records import atomic_write_text
+from xsa.checks.metrics import effect_metrics, main_metrics, relative
+from xsa.books.declared import overhead
+from xsa.books.effects import DIAG_KEYS, contrast_name, key
+from xsa.checks.records import _scalar, by_arm, complete, metric, per_seed
+from xsa.books.verdicts import seed_paper_change, side
 from xsa.studies.registry import SEED_PAPER
-from xsa.stats import Interval, mean_ci, seeds_for_half_width, seeds_needed
+from xsa.base.stats import Interval, mean_ci, seeds_for_half_width, seeds_needed
 
-# the metric table's metrics (xsa/report/metrics.py) each table shows as columns: an arm's mean and
+# the metric table's metrics (xsa/checks/metrics.py) each table shows as columns: an arm's mean and
 # 95% CI, and in the main table, for a relative metric, the paired change against the baseline
 RUN_METRICS = ("val_bpb", "core", "chatcore")
 SWEEP_LABELS = {"xsa_alpha": "XSA alpha (all layers)", "matrix_lr": "matrix (Muon) learning rate"}
@@ -281,16 +282,6 @@ def diagnostics_table(runs, arms) -> list[dict]:
     return rows
 
 
-def overhead(t: dict) -> tuple:
-    """XSA's step-time overhead of a throughput record: (ratio, Interval, clock). On CPU by process
-    CPU time, which the other programs sharing the cores do not bend; on GPU by wall time."""
-    if t.get("cpu_time_overhead_ratio") is not None:
-        lo, hi = t.get("cpu_time_overhead_ci95") or [None, None]
-        return t["cpu_time_overhead_ratio"], Interval(lo, hi), "CPU time"
-    lo, hi = t.get("overhead_ci95") or [None, None]
-    return t.get("overhead_ratio"), Interval(lo, hi), "wall time"
-
-
 def throughput_table(tp: dict) -> list[dict]:
     rows = []
     for preset, t in tp.items():
@@ -336,7 +327,7 @@ def setup_table(*studies) -> list[dict]:
 
 def gpu_table(runs, study, est) -> list[dict]:
     """Our GPU-scale runs (the gpu study), when their records exist, with the recipe each used; else
-    no rows. `est`: the gpu study's shown effects (xsa/report/effects.py)."""
+    no rows. `est`: the gpu study's shown effects (xsa/books/effects.py)."""
     recipes = {p.name: p.a.config().recipe for p in study.main}
     return [{**r, "recipe": recipes[r["scale"]]} for r in main_table(runs, study.main, est)
             if r["source"] == "ours" and r["n"] > 0]

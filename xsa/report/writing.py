@@ -21,10 +21,10 @@ from pathlib import Path
 
 import jinja2
 
-from xsa.runs.records import REPO_ROOT
-from xsa.report.estimates import Book, Estimate
-from xsa.report.published import PUBLISHED
-from xsa.report.verdicts import whole
+from xsa.base.records import REPO_ROOT
+from xsa.books.estimates import Book, Estimate
+from xsa.books.published import PUBLISHED
+from xsa.books.verdicts import whole
 
 TEXT = REPO_ROOT / "paper" / "text"
 _MARK = "\x00STALE{}\x00"

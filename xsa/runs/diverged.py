@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.runs.records import atomic_write_json, read_json
+from xsa.base.records import atomic_write_json, read_json
 
 FILENAME = "diverged.json"
 

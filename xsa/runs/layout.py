@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xsa.runs.records import REPO_ROOT
+from xsa.base.records import REPO_ROOT
 from xsa.stack.spec import Run
 
 # the notebook of each stage that runs one (the data stage is a function of the pipeline)
@@ -23,11 +23,6 @@ NOTEBOOKS = {
     "throughput": "04_throughput.ipynb",
     "paper": "05_paper.ipynb",
 }
-
-
-def model_path(run_dir) -> Path:
-    """A run's final weights (RUN_DIR/ckpt/model.pt): written by training, never committed."""
-    return Path(run_dir) / "ckpt" / "model.pt"
 
 
 @dataclass(frozen=True)

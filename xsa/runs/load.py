@@ -10,10 +10,9 @@ from pathlib import Path
 
 from xsa.data import data_dir as default_data_dir
 from xsa.data.tokenizer import Tokenizer
-from xsa.runs.layout import model_path
-from xsa.runs.records import read_json
-from xsa.stack.checkpoint import load_checked
-from xsa.stack.common import autodetect_device
+from xsa.base.records import read_json
+from xsa.stack.checkpoint import load_checked, model_path
+from xsa.base.common import autodetect_device
 from xsa.stack.config import ConfigError, TrainConfig
 from xsa.stack.model import GPT
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from xsa.runs.records import atomic_write_bytes
+from xsa.base.records import atomic_write_bytes
 
 # Print sizes: the paper shows every figure at its own size (DPI pixels per inch; see show_figure),
 # so a font of 8 pt here is 8 pt on the page. FULL is the text width of the PDF (A4, 12 mm margins).

@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 
 from xsa.stack.checkpoint import state_path
-from xsa.stack.common import print0
+from xsa.base.common import print0
 from xsa.stack.config import ConfigError, TrainConfig
 from xsa.data.shards import data_fingerprint
-from xsa.runs.records import check_steps, read_json, read_jsonl, read_jsonl_tail
+from xsa.base.records import check_steps, read_json, read_jsonl, read_jsonl_tail
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:

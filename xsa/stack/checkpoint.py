@@ -6,7 +6,7 @@ RUN_DIR/ckpt/state.pt   everything needed to continue bit-exactly: model and opt
                         step (the data loader is a pure function of it), the loop's running values
                         (loss EMA, timers, last val bpb) and every RNG state (python, numpy, torch, cuda).
 RUN_DIR/ckpt/model.pt   the model weights alone, with the config, for evaluation and diagnostics.
-Both are written atomically (xsa.runs.records), so a killed run leaves the previous checkpoint intact.
+Both are written atomically (xsa.base.records), so a killed run leaves the previous checkpoint intact.
 """
 
 from __future__ import annotations
@@ -21,12 +21,17 @@ import torch
 import torch.distributed as dist
 
 from xsa.stack.config import ConfigError, TrainConfig
-from xsa.runs.layout import model_path  # noqa: F401 (the weights' path, where the pipeline looks too)
-from xsa.runs.records import atomic_torch_save
+from xsa.base.records import atomic_torch_save
 
 
 def state_path(run_dir) -> Path:
+    """A run's resumable training state (RUN_DIR/ckpt/state.pt): never committed."""
     return Path(run_dir) / "ckpt" / "state.pt"
+
+
+def model_path(run_dir) -> Path:
+    """A run's final weights (RUN_DIR/ckpt/model.pt): written by training, never committed."""
+    return Path(run_dir) / "ckpt" / "model.pt"
 
 
 def weights_sha256(state_dict: dict) -> str:

@@ -83,7 +83,7 @@ PRESETS: dict[str, dict] = {
     "cpu-w64-d4-s128": _study(n_layer=4, n_embd=64, n_head=1, steps=128, eval_every=32),
     "cpu-w64-d4-s768": _study(n_layer=4, n_embd=64, n_head=1, steps=768, eval_every=96),
     "cpu-w64-d4-s1536": _study(n_layer=4, n_embd=64, n_head=1, steps=1536, eval_every=96),
-    # The factorial study's long cells (xsa/factorial/design.py): both shapes at 1,097 steps, which puts
+    # The factorial study's long cells (xsa/studies/factorial/design.py): both shapes at 1,097 steps, which puts
     # cpu-w64-d4 at 9.8 tokens per scaling parameter (nanochat's d12: 10.5) and cpu-w128-d4 at 3.43, the
     # tokens per parameter of cpu-w64-d4 at its 384 steps.
     "cpu-w64-d4-s1097": _study(n_layer=4, n_embd=64, n_head=1, steps=1097, eval_every=96),

@@ -117,6 +117,10 @@ class Arm:
         value drops out)."""
         return Arm.of(self.preset, **{**dict(self.overrides), **overrides})
 
+    def with_xsa(self) -> "Arm":
+        """This arm with XSA at alpha 1 on every layer: the XSA arm of every study's main pair."""
+        return self.with_(xsa_alpha=1.0, xsa_layers="all")
+
     def get(self, name: str):
         """The value of a config field (model or training) in this arm."""
         return _flat(self.config())[name]

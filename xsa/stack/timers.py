@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from xsa.stack.common import clock, datasheet_peak_flops, mfu, peak_flops
+from xsa.base.common import clock, datasheet_peak_flops, mfu, peak_flops
 
 
 @dataclass

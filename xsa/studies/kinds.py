@@ -150,7 +150,7 @@ class Study:
     prediction: str = ""  # an adaptive study whose records make this paper's scale section (its model and prediction)
     checks: tuple[str, ...] = ()  # studies registered after some of this one's records, checking one of its levels
     # every run its rules declare has a finished record and they declare no more: the paper states it whole,
-    # with no interim reading (tests/test_verdicts.py holds the flag to the records; xsa/report/verdicts.py
+    # with no interim reading (tests/test_verdicts.py holds the flag to the records; xsa/books/verdicts.py
     # stops the build where a final study's estimates are not whole)
     final: bool = False
 
@@ -210,4 +210,4 @@ def seed_by_seed(groups) -> list[Run]:
 def xsa_pair(preset: str, **overrides) -> Paired:
     """Baseline against XSA (alpha 1 on every layer) at `preset`, both with `overrides`."""
     base = Arm.of(preset, **overrides)
-    return Paired(preset, base, base.with_(xsa_alpha=1.0, xsa_layers="all"))
+    return Paired(preset, base, base.with_xsa())

@@ -26,10 +26,10 @@ import random
 from pathlib import Path
 from statistics import median
 
-from xsa.factorial.analysis import SPIKE_NATS, SPIKE_WINDOW, log_lines, relative_effects, spikes, summary
+from xsa.studies.factorial.analysis import SPIKE_NATS, SPIKE_WINDOW, log_lines, relative_effects, spikes, summary
 from xsa.runs.plot import FULL, new_figure, save_figure
-from xsa.runs.records import read_json
-from xsa.stats import holm
+from xsa.base.records import read_json
+from xsa.base.stats import holm
 from xsa.studies.optimizer import (COMMON_SEEDS, ESTIMATE_PRESET, FIELDS, OPTIMIZERS, SELECTION_SEEDS, TUNED_SEEDS,
                                    estimation_pairs, label, optimizer_study, pair, rule, selections)
 from xsa.studies.rules import capped_bpb, diverged, final_bpb, initial_bpb

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from xsa.factorial.analysis import relative_effects
-from xsa.factorial.prereg import cpu_seconds_per_step
-from xsa.runs.records import records_without
-from xsa.stats import mean_ci
+from xsa.studies.factorial.analysis import relative_effects
+from xsa.studies.factorial.prereg import cpu_seconds_per_step
+from xsa.base.records import records_without
+from xsa.base.stats import mean_ci
 from xsa.studies import optimizer_analysis as A
 from xsa.studies.optimizer import (COMMON_SEEDS, ESTIMATE_PRESET, FIELDS, GRIDS, INTERACTION, OPTIMIZERS,
                                    SELECTION_SEEDS, TUNED_SEEDS, optimizer_study, pair, possible_runs, rule)

@@ -32,7 +32,7 @@ from scipy.stats import chi2
 
 from xsa.studies.rules import final_bpb
 from xsa.stack.presets import scaling_params
-from xsa.stats import t_critical
+from xsa.base.stats import t_critical
 from xsa.studies.registry import get_study
 from xsa.studies.kinds import Paired
 from xsa.studies.scale import HEADS_LEVELS, LENGTH_LEVELS, SELECTION_SEEDS, W256_LONG, W256_SHORT

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.studies.rules import final_bpb
-from xsa.stats import mean_ci
+from xsa.base.stats import mean_ci
 from xsa.studies.registry import get_study
 from xsa.studies.scale import SELECT, RateCheck
 

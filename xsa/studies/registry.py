@@ -19,7 +19,7 @@ The kinds these are made of (comparisons, claims, Study) are in xsa/studies/kind
            after the x4 records, before its own runs).
 - d12-test: that prediction tested on a GPU server, d12 pairs under a precision rule.
 - factorial: two shapes x two lengths x two common matrix LRs: which of steps, tokens per parameter
-           and model size carries XSA's gain (xsa/factorial/; pre-registered with its analysis code).
+           and model size carries XSA's gain (xsa/studies/factorial/; pre-registered with its analysis code).
 - sink:    is XSA's gain a sink effect? XSA with and without a per-head output gate or a learned sink
            logit, at four of the factorial's conditions (xsa/studies/sink.py; pre-registered with its
            analysis code).
@@ -33,8 +33,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.studies.rules import LRRule, PrecisionRule
-from xsa.factorial.design import factorial_study
-from xsa.runs.records import REPO_ROOT
+from xsa.studies.factorial.design import factorial_study
+from xsa.base.records import REPO_ROOT
 from xsa.stack.spec import Arm
 from xsa.studies.scale import CHECKS, d12_test_study, scale_study
 from xsa.studies.optimizer import optimizer_study

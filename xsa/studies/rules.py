@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xsa.runs.diverged import read_diverged
-from xsa.runs.records import read_json
+from xsa.base.records import read_json
 from xsa.stack.config import TrainConfig
-from xsa.stats import normal_cdf, power, t_critical
+from xsa.base.stats import normal_cdf, power, t_critical
 from xsa.stack.spec import Arm, Run
 
 

@@ -47,7 +47,7 @@ GATE_W64, GATE_H8 = "gate at width 64", "gate at 8 heads"
 W256_SHORT, W256_LONG, W256_LENGTH = "width 256, 128 steps", "width 256, 384 steps", "width 256, length"
 LEVELS = (*LENGTH_LEVELS.values(), *HEADS_LEVELS.values(), GATE_W64, GATE_H8, W256_SHORT, W256_LONG)
 FINAL = True  # every run its rules declare has its record, and they declare no more (Study.final)
-# the secondary family (Holm over it; xsa/report/scale.py)
+# the secondary family (Holm over it; xsa/books/scale.py)
 SECONDARY = ("slope per doubling of tokens per parameter", "slope per doubling of heads", GATE_W64, GATE_H8, W256_SHORT,
              W256_LENGTH)
 
@@ -239,10 +239,10 @@ CHECKS = (RateCheck("scale-check", LENGTH_LEVELS["x4"], "cpu-w64-d4-s1536", "che
 # both arms at the recipe's matrix LR and at twice it (the ratio of the CPU studies' two common rates),
 # each seed's effect the mean over the two; 4 seeds, then 4 more at a time while that mean's 95%
 # interval, from the test's own pairs, is wider than +/-0.1%, at most 16. Its decision rule against the
-# CPU statement is xsa/factorial/d12.py's.
+# CPU statement is xsa/studies/factorial/d12.py's.
 D12_TEST = PrecisionRule(first=4, block=4, most=16, half_width=0.001, start=0)
 D12_RATE_FACTORS = (1.0, 2.0)
-# its primary is no one pair but each seed's mean over both (xsa/factorial/d12.py: `d12_book`)
+# its primary is no one pair but each seed's mean over both (xsa/studies/factorial/d12.py: `d12_book`)
 D12_ENDPOINT = "d12 test, mean over both rates"
 
 

@@ -9,7 +9,7 @@ and without XSA (alpha 1 on every layer), both arms at a common matrix LR:
     gate        attn_gate=True     an output gate 2*sigmoid(Linear(x)), 1 at step 0 (Qiu et al. 2025)
     sink        attn_sink=True     a learned logit in the softmax's denominator with a zero value (gpt-oss)
 
-at four of the factorial's cells and rates (xsa/factorial/design.py), on its seeds:
+at four of the factorial's cells and rates (xsa/studies/factorial/design.py), on its seeds:
 
     condition            seeds      mechanisms
     w64 short at 0.04    100-109    none, gate, sink
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsa.factorial.design import SCALE, cell
+from xsa.studies.factorial.design import SCALE, cell
 from xsa.studies.kinds import Paired, Study, seed_by_seed, unique_runs
 
 MECHANISMS = {"none": {}, "gate": dict(attn_gate=True), "sink": dict(attn_sink=True)}

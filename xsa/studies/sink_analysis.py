@@ -1,7 +1,7 @@
 """
 The sink study's registered estimates, read from run records (results/runs/<run id>/); the design is
 xsa/studies/sink.py. Every effect is relative to the seed's own run and paired by seed (as
-xsa/factorial/analysis.py). Per condition c, mechanism m and seed s:
+xsa/studies/factorial/analysis.py). Per condition c, mechanism m and seed s:
 
     E_m(s) = XSA's relative effect with the mechanism on both arms      G(s) = E_none(s)
     I_m(s) = E_m(s) - G(s)        the interaction: positive where the mechanism shrinks XSA's gain
@@ -27,9 +27,9 @@ from pathlib import Path
 
 from scipy import stats as sps
 
-from xsa.factorial import analysis as A
-from xsa.factorial.design import CELLS
-from xsa.stats import holm
+from xsa.studies.factorial import analysis as A
+from xsa.studies.factorial.design import CELLS
+from xsa.base.stats import holm
 from xsa.studies.rules import final_bpb
 from xsa.studies.sink import CONDITIONS, TESTED, Condition, contrast_names, decision_names, sink_study, with_mechanism
 

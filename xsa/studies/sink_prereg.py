@@ -11,11 +11,11 @@ import math
 from contextlib import nullcontext
 from pathlib import Path
 
-from xsa.factorial import analysis as A
-from xsa.factorial.design import factorial_study
-from xsa.factorial.prereg import cpu_seconds_per_step
-from xsa.runs.records import records_without
-from xsa.stats import power, seeds_needed
+from xsa.studies.factorial import analysis as A
+from xsa.studies.factorial.design import factorial_study
+from xsa.studies.factorial.prereg import cpu_seconds_per_step
+from xsa.base.records import records_without
+from xsa.base.stats import power, seeds_needed
 from xsa.studies import sink_analysis as S
 from xsa.studies.sink import CONDITIONS, MECHANISMS, TESTED, Condition, contrast_names, sink_study, with_mechanism
 
@@ -214,7 +214,7 @@ def _power_section(results: Path, total: float) -> list[str]:
         "assumption, the records replace it). The effect is the sink account's: the mechanism removes half of "
         "XSA's gain, I = |mean G| / 2. The half-gain test r under the no-sink account (I = 0, so r = G/2) has the "
         "same effect size; the power printed is a lower bound for it (with E_m and G independent, r's SD is "
-        "sqrt(1.25), not sqrt 2, times G's). Power by the normal approximation to the t-test (`xsa.stats.power`).", "",
+        "sqrt(1.25), not sqrt 2, times G's). Power by the normal approximation to the t-test (`xsa.base.stats.power`).", "",
         "Per condition (the contrast family; its worst Holm step is 5% over all of its tests):", "",
         *_condition_power(results), "",
         "Pooled (the decision family; the pooled SD includes the difference between the short and the long "
@@ -229,7 +229,7 @@ def _readings() -> list[str]:
         "## Modes, and the early entropy (the factorial's registered rule)", "",
         f"A baseline run is **diffuse** where the final attention entropy of layer {A.MODE_LAYER} (counting from 0, "
         f"averaged over heads, at the last logged evaluation) is at least {A.MODE_ENTROPY:g} nats, else **sharp** "
-        "(`xsa.factorial.analysis.mode`). XSA's effect within each of the baseline's modes, with n and the seeds, "
+        "(`xsa.studies.factorial.analysis.mode`). XSA's effect within each of the baseline's modes, with n and the seeds, "
         "is reported for every pair of this study and every factorial cell and rate. The correlation between "
         f"the baseline's layer-{A.MODE_LAYER} entropy at step {S.EARLY_STEP} and the seed's effect (Pearson, "
         "Fisher-z interval) is reported for the same pairs, labelled **exploratory**: it is not a test of this "
