@@ -7,8 +7,9 @@ seeds. Every estimate says how many of its declared pairs have
 records, so an interim report says so; a level whose rule has not declared it yet is "not run".
 
     est = scale_estimates(results)     # {key: estimate dict}, the keys below
-    fig_scale(est, out_dir)            # results/figures/scale.{png,svg}
     scale_book(results, est)           # the same as Estimates (results/estimates/scale.json), for the text
+
+Its table and figure are drawn from the book by xsa/report/scale_section.py.
 """
 
 from __future__ import annotations
