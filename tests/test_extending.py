@@ -116,8 +116,8 @@ def test_a_variant_that_reads_other_tokens_is_off_by_what_the_row_says(monkeypat
 
 def test_a_learnable_parameter_reaches_its_adamw_group_through_the_files_named():
     """xsa_gate and attn_sink, each a vector per layer: the field and its AdamW betas and decay
-    (config), the parameter (attention), its group (model), its rate (optim), its label (spec) and its
-    schema (checks/run_schemas)."""
+    (config), the parameter with its init and rate (attention.LEARNED, which model and optim read for
+    its group), its label (spec), and its schema from its type (checks/run_schemas)."""
     for field, arm in (("xsa_gate", dict(xsa_alpha=0.5, xsa_gate=True)), ("attn_sink", dict(attn_sink=True))):
         cfg = make_config("smoke", **arm)
         gpt = model.GPT(cfg.model)
@@ -139,7 +139,7 @@ def test_every_attention_field_names_its_arm(monkeypatch):
     monkeypatch.setattr(config, "XSA_VARIANTS", (*config.XSA_VARIANTS, "other"))
     on = dict(xsa_alpha=1.0)
     changed = dict(xsa_alpha=0.5, xsa_layers="last:1", xsa_value="plain", xsa_variant="other", xsa_gate=True,
-                   attn_gate=True, attn_sink=True)
+                   **{field: True for field in config.ARM_LABELS})
     assert set(changed) == set(config.XSA_FIELDS), "a new attention field: give it a value here"
     names = {Run.of("smoke", **on).run_id} | {Run.of("smoke", **{**on, k: v}).run_id for k, v in changed.items()}
     assert len(names) == len(changed) + 1, names
@@ -147,11 +147,13 @@ def test_every_attention_field_names_its_arm(monkeypatch):
 
 
 def test_each_arm_of_the_sink_study_from_config_to_run_label_and_records():
-    """The sink study's arms, each from its config to its run id (and back), its config record (the
-    schema of checks/run_schemas.py), its arm's fields in the diagnostics record (checks/schemas.py), the
-    model it builds (the gate a block matrix, the sink a vector) and a validation check of its own."""
+    """The sink study's arms, each from its config to its run id (config.ARM_LABELS, and back), its config
+    record (the schema of checks/run_schemas.py), its arm's fields in the diagnostics record
+    (checks/schemas.py), the model it builds (the gate a block matrix, the sink a vector) and the
+    validation checks with every arm on."""
     arms = {r.arm.name: r for r in sink_study().runs}
-    mechanisms = {"attngate": "attn_gate", "sink": "attn_sink"}
+    mechanisms = {word: field for field, word in config.ARM_LABELS.items()}
+    assert mechanisms == {"attngate": "attn_gate", "sink": "attn_sink"}
     seen = set()
     for name, run in arms.items():
         cfg = run.config()
@@ -170,6 +172,50 @@ def test_each_arm_of_the_sink_study_from_config_to_run_label_and_records():
     assert seen == set(mechanisms.values())
     assert set(mechanisms.values()) <= set(schemas.DIAGNOSTICS["properties"]) & set(run_schemas.MODEL["properties"])
     assert {validation.check_attention_arms_off, validation.check_sink_weight} <= set(validation.CHECKS)
+    assert validation.ARMS_ON == {field: True for field in mechanisms.values()}
+
+
+# the files of xsa/ that may name an attention arm's field: the field and its label (stack/config.py), its
+# parameter, use, init and rate (stack/attention.py), a measure of its own and that measure's schema
+# (diagnostics.py, checks/schemas.py), and the study that runs it (studies/sink.py); everything else
+# reads the tables config.ARM_LABELS and attention.LEARNED
+ARM_FILES = {"stack/config.py", "stack/attention.py", "diagnostics.py", "checks/schemas.py", "studies/sink.py"}
+MAX_ARM_FILES = 5
+
+
+def xsa_sources() -> dict[str, str]:
+    """{path under xsa/: text} of every module of the package."""
+    root = REPO_ROOT / "xsa"
+    return {path.relative_to(root).as_posix(): path.read_text() for path in sorted(root.rglob("*.py"))}
+
+
+def arm_spread(field: str, sources: dict[str, str]) -> list[str]:
+    """What is wrong with where a field is named (as a word) among `sources`: each file beyond ARM_FILES,
+    and more than MAX_ARM_FILES files in all. Empty where the field stays in its files."""
+    named = sorted(path for path, text in sources.items() if re.search(rf"\b{field}\b", text))
+    problems = [f"{field} is named in {path}, not a file of an attention arm" for path in named
+                if path not in ARM_FILES]
+    if len(named) > MAX_ARM_FILES:
+        problems.append(f"{field} is named in {len(named)} files ({', '.join(named)}), more than {MAX_ARM_FILES}")
+    return problems
+
+
+def test_an_attention_arm_is_named_in_at_most_five_files():
+    """A new way for a head to attend to nothing is its field and label (config), its parameter and its
+    entry in attention.LEARNED: the run id, the init, the optimizer groups, the record schemas and the
+    validation checks read those tables, so no other file names the field. A sixth file that does
+    (here planted in stack/model.py and in a new module) fails, naming it."""
+    sources = xsa_sources()
+    assert len(ARM_FILES) <= MAX_ARM_FILES and all(path in sources for path in ARM_FILES)
+    for field in config.ARM_LABELS:
+        assert arm_spread(field, sources) == [], field
+    planted = {**sources, "stack/model.py": sources["stack/model.py"] + "\n# init attn_sink here\n"}
+    assert arm_spread("attn_sink", planted) == ["attn_sink is named in stack/model.py, not a file of an attention arm"]
+    everywhere = {**{path: "attn_gate = True" for path in ARM_FILES}, "stack/arms.py": "x.attn_gate"}
+    assert arm_spread("attn_gate", everywhere) == [
+        "attn_gate is named in stack/arms.py, not a file of an attention arm",
+        f"attn_gate is named in 6 files ({', '.join(sorted(everywhere))}), more than 5"]
+    assert arm_spread("attn_gate", {"stack/model.py": "attn_gate_mean"}) == []  # a word, not a part of one
 
 
 # --- a registered study with its own analysis code --------------------------------------------------

@@ -118,6 +118,7 @@ def test_a_missing_key_names_it(robust_results):
 def test_large_percentages_keep_two_significant_digits():
     from xsa.report.writing import pct
     assert pct(2.8581) == "+290%" and pct(-0.0061) == "-0.61%" and pct(0.1234) == "+12%" and pct(None) == "n/a"
+    assert pct(-0.0000312) == "-0.003%" and pct(0.0000049) == "+0.0005%" and pct(0.0) == "+0.00%"
 
 
 ESTIMATES = REPO_ROOT / "results" / "estimates"

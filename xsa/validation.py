@@ -21,6 +21,7 @@ from xsa.stack.model import GPT
 from xsa.stack.optim import orthogonalize
 
 TINY = dict(sequence_len=32, vocab_size=97, n_layer=3, n_head=4, n_kv_head=4, n_embd=64)
+ARMS_ON = {field: True for field in config.ARM_LABELS}  # every attention arm beside XSA (the sink study's)
 
 
 @dataclass
@@ -143,22 +144,27 @@ def check_kv_cache(seed: int = 6, variant: str = "xsa") -> Check:
 
 
 def check_attention_arms_off(seed: int = 8) -> Check:
-    """(g) the sink study's arms, switched off, leave the model as it was: the output gate at its
-    zero initialisation is exactly 1 (2 * sigmoid(0)), so a gated model with another model's weights
-    computes its logits; a sink at -inf weighs nothing, so sink attention equals SDPA."""
+    """(g) the attention arms (config.ARM_LABELS), each at the value where it should change nothing
+    (attention.LEARNED: the output gate at its zero initialisation is exactly 1 = 2 * sigmoid(0); a sink
+    at -1e4 weighs nothing), leave the model as it was: with every arm on and another model's weights, a
+    model computes its logits. And sink attention with the sink at -inf is SDPA."""
     idx = torch.randint(0, TINY["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(seed))
     base = random_model(seed, xsa_alpha=1.0, xsa_layers="all")
-    gated = GPT(GPTConfig(**TINY, xsa_alpha=1.0, xsa_layers="all", attn_gate=True))
-    gated.init_weights()  # the gate's Linear zero-initialised
-    missing = gated.load_state_dict(base.state_dict(), strict=False).missing_keys
-    worst = (base(idx) - gated(idx)).abs().max().item() if all("attn_gate" in k for k in missing) else float("inf")
+    armed = GPT(GPTConfig(**TINY, xsa_alpha=1.0, xsa_layers="all", **ARMS_ON))
+    missing = armed.load_state_dict(base.state_dict(), strict=False).missing_keys
+    for block in armed.blocks:
+        block.attn.init_learned(neutral=True)
+    own = [p for block in armed.blocks for p in block.attn.learned().values()]
+    arms = {name for name, p in armed.named_parameters() if any(p is q for q in own)}
+    worst = (base(idx) - armed(idx)).abs().max().item() if set(missing) == arms else float("inf")
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 4, 17, 16, generator=g) for _ in range(3))
     y, w = sink_attention(q, k[:, :2], v[:, :2], torch.full((4,), -1e4), None)
     ref = F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], is_causal=True, enable_gqa=True)
     worst = max(worst, (y - ref).abs().max().item(), w.abs().max().item())
     return Check("attention gate at init and sink at -inf change nothing", worst, 1e-5,
-                 "max |logit difference| of a gated model at init, and of sink attention at -inf against SDPA")
+                 "max |logit difference| of a model with every attention arm at its neutral value (the gate at "
+                 "init, the sink at -1e4), and of sink attention at -inf against SDPA")
 
 
 def check_sink_weight(seed: int = 9) -> Check:
@@ -179,7 +185,7 @@ def check_sink_weight(seed: int = 9) -> Check:
 def check_orthogonal_with_arms(seed: int = 10) -> Check:
     """(g) XSA stays orthogonal with the gate and the sink on: the gate scales z_i, the sink scales y_i,
     and neither turns z_i towards v_i."""
-    model = random_model(seed, xsa_alpha=1.0, xsa_layers="all", attn_gate=True, attn_sink=True)
+    model = random_model(seed, xsa_alpha=1.0, xsa_layers="all", **ARMS_ON)
     for block in model.blocks:
         block.attn.capture = {}
     model(torch.randint(0, TINY["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(seed)))

@@ -19,7 +19,7 @@ from xsa.stack.presets import make_config
 from xsa.checks import metrics as M
 from xsa.books.archive import archived_runs, condition as archived_condition
 from xsa.books.estimates import (Estimate, contrasted, fact, from_values, not_run, paired, slope, slug, with_holm)
-from xsa.books.paper_estimates import grid_counts, seeds_ahead
+from xsa.books.paper_estimates import grid_counts, group_moves, seeds_ahead
 from xsa.checks.records import per_seed
 from xsa.books.verdicts import registered
 from xsa.base.stats import Interval, differences, relative_differences
@@ -184,6 +184,7 @@ def robust_estimates(robust, estimating, selecting, seed_effect=D12) -> dict:
                           "by the pre-registered rule (lowest mean final val bpb over the selection seeds)")
     est.update(grid_cells(robust, selecting))
     est.update(grid_counts(robust, selecting))  # every preset's grids (xsa/books/paper_estimates.py)
+    est.update(group_moves(robust, selecting))  # the AdamW-group check, where its runs are recorded
     est.update(seeds_ahead("primary_seeds_ahead", estimating, robust.comparison(robust.primary)))  # seed by seed
     est["precision_half_width"] = fact("precision_half_width", robust.half_width_target, "relative",
                                        "the precision rule's target: the primary interval's half-width")

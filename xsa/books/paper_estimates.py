@@ -3,6 +3,7 @@ Estimates the paper's text states beyond each study's registered ones, computed 
 the text needs them, so that no count or interval is typed into the prose:
 
     grid_counts(robust, selecting)   # every preset's LR-selection grids: cells where XSA is ahead
+    group_moves(robust, selecting)   # the AdamW-group check: where the best matrix LR moved
     factorial_extra(results)         # the factorial study's post hoc and descriptive readings
     later_books(results)             # the factorial's book with them, and the sink and optimizer studies' progress
     seeds_ahead(key, runs, pair)     # the seeds on which XSA ends lower
@@ -31,7 +32,8 @@ from xsa.checks.records import per_seed
 from xsa.base.records import read_json
 from xsa.studies import optimizer_analysis as O
 from xsa.studies.predict import TAU2_GRID
-from xsa.studies.registry import STUDIES, Sweep, get_study
+from xsa.base.stats import mean_ci
+from xsa.studies.registry import GROUP_SCALES, GROUP_SEEDS, STUDIES, Sweep, get_study, group_arms
 from xsa.studies.rules import final_bpb
 from xsa.studies.sink import CONDITIONS, decision_names, sink_study
 
@@ -75,6 +77,34 @@ def grid_counts(robust, selecting) -> dict:
         est["grid_cells_ahead_all"] = fact("grid_cells_ahead_all", total_ahead, "cells", "of those cells, how many "
                                            "have XSA's final val bpb below the baseline's", "descriptive", every)
     return est
+
+
+def group_moves(robust, selecting) -> dict:
+    """The AdamW-group check (registered as descriptive, two seeds): with the embedding and unembedding LRs
+    scaled by each of GROUP_SCALES, each arm of the primary preset at its selected matrix LR and that LR's
+    grid neighbours. `group_checked`: the arm-and-scale cases with every run recorded; `group_moved`: of
+    those, how many have their lowest mean final val bpb at another matrix LR than the selected one (the
+    optimum moved, so the matrix LR was selected at AdamW-group rates that are not the best)."""
+    p = robust.comparison(robust.primary)
+    checked, moved, ids = 0, 0, []
+    for c in (c for c in robust.comparisons
+              if isinstance(c, Sweep) and c.field == "matrix_lr" and c.base.preset == p.a.preset):
+        tuned = next(x for x in p.arms() if x.with_(matrix_lr=c.base.get("matrix_lr")) == c.base)
+        for arms in group_arms(c.base, tuned, c.values()).values():
+            seeds = {a.get("matrix_lr"): per_seed(selecting, a, "val_bpb") for a in arms}
+            if any(len(v) != len(GROUP_SEEDS) for v in seeds.values()):
+                continue  # not recorded whole yet: not counted
+            best = min(seeds, key=lambda lr: mean_ci(seeds[lr].values())["mean"])
+            checked, moved = checked + 1, moved + (best != tuned.get("matrix_lr"))
+            ids += [a.run(s).run_id for a in arms for s in GROUP_SEEDS]
+    if not checked:
+        return {}
+    scales = " and ".join(f"x{s:g}" for s in GROUP_SCALES)
+    return {"group_checked": fact("group_checked", checked, "cases", f"{p.a.preset}: arm-and-scale cases of the "
+                                  f"AdamW-group check (embedding and unembedding LR {scales}) with every run "
+                                  "recorded", "descriptive", ids),
+            "group_moved": fact("group_moved", moved, "cases", "of those, how many have their lowest mean final "
+                                "val bpb at another matrix LR than the selected one", "descriptive", ids)}
 
 
 # -----------------------------------------------------------------------------

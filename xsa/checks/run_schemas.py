@@ -49,7 +49,7 @@ MODEL = obj({  # xsa.stack.config.GPTConfig
                              "ve_gate_channels")},
     "xsa_alpha": UNIT, "xsa_layers": LAYERS, "xsa_value": one_of(XSA_VALUE_MODES),
     "xsa_variant": one_of(XSA_VARIANTS),
-    **{k: BOOL for k in ("xsa_gate", "attn_gate", "attn_sink", "rotary_bf16", "smear", "backout")},
+    **{f.name: BOOL for f in dataclasses.fields(GPTConfig) if f.type == "bool"},  # the switches, arms included
     **{k: PLUS for k in ("rope_base", "qk_scale", "logit_softcap", "ve_gate_scale", "init_wte_std", "init_fc_scale")},
     "init_gate_max": number(minimum=0),
     "init_resid_lambdas": pair(number()), "init_x0_lambdas": pair(number())},

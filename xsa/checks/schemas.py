@@ -44,6 +44,7 @@ from xsa.checks.relations import RELATIONS
 from xsa.checks.schema_parts import (ARCHIVED_PATH, BOOL, BPB, CENTERED, COSINE, COUNT, DIAGNOSTIC, HEX16, HEX40,
                                      HEX64, ISO_DATE, MARGIN_BPB, NATS, PATTERNS, POSITIVE, RATIO, SECONDS, SHARE,
                                      Validator, array, integer, nullable, number, obj, pair, text)
+from xsa.stack.config import ARM_LABELS
 
 SUMMARY = {
     "type": "object",
@@ -191,7 +192,8 @@ LAYER = obj({"layer": COUNT, "xsa_alpha": SHARE, **DIAGNOSTIC, **EXTRA,  # EXTRA
 DIAGNOSTICS = obj({
     "layers": array(LAYER, minItems=1), "provenance": PROVENANCE,
     "run": text(), "run_dir": text(), "weights_sha256": HEX64, "preset": text(), "arm": text(),
-    "overrides": {"type": "object"}, "xsa_alpha": SHARE, "xsa_gate": BOOL, "attn_gate": BOOL, "attn_sink": BOOL,
+    "overrides": {"type": "object"}, "xsa_alpha": SHARE, "xsa_gate": BOOL,
+    **{k: BOOL for k in ARM_LABELS},  # the attention arms' switches (spec.arm_record)
     **{k: text() for k in ("xsa_layers", "xsa_value", "xsa_variant")},
     "batch": obj({**{k: POSITIVE for k in ("batch_size", "batches", "rows", "seq_len")}, "tokens_sha256": HEX64,
                   **{k: text() for k in ("split", "data_dir", "data", "which")}}),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from xsa.gpu.cost import run_flops
 from xsa.stack.presets import make_config
 from xsa.report.figures import FULL, new_figure, save_figure
+from xsa.report.writing import pct
 from xsa.books.published import PUBLISHED
 from xsa.studies.registry import seed_paper_effect
 from xsa.studies.scale import HEADS_LEVELS, LENGTH_LEVELS
@@ -87,9 +88,9 @@ def cross_scale_table(rows: list[dict]) -> list[dict]:
     """The rows as the table prints them."""
     out = []
     for r in rows:
-        effect = "n/a" if r["effect"] is None else f"{100 * r['effect']:+.2f}%"
+        effect = pct(r["effect"])  # "n/a" where a source states none
         if r.get("lo") is not None:
-            effect += f" [{100 * r['lo']:+.2f}%, {100 * r['hi']:+.2f}%]"
+            effect += f" [{pct(r['lo'])}, {pct(r['hi'])}]"
         if r.get("absolute") is not None:
             effect = f"{r['absolute']:+.4f} (absolute)"
         out.append(dict(source=r["source"], what=r["what"], flops="not stated" if r["flops"] is None

@@ -30,7 +30,7 @@ from xsa.checks.integrity import RecordError, check_present
 from xsa.checks.records import load_runs, per_seed
 from xsa.report.rows import effect_row, minute, not_run_row
 from xsa.base.stats import mean_ci
-from xsa.studies.registry import GROUP_SEEDS, Contrast, Sweep, get_study, group_arms
+from xsa.studies.registry import Contrast, Sweep, get_study
 
 SLOPE = "sequence-length slope"
 # The secondary family's rows, by comparison: (label in the table, the condition as a sentence names
@@ -162,27 +162,6 @@ def selection(robust, runs) -> list[dict]:
     return out
 
 
-def group_check(robust, runs) -> list[dict]:
-    """The AdamW-group check, descriptive (2 seeds): per arm and scale of the embedding and unembedding
-    LRs, the mean final val bpb at the selected matrix LR and its grid neighbours, and whether the
-    lowest is at another matrix LR than the selected one (the optimum moved)."""
-    if not robust.main:
-        return []
-    primary = robust.comparison(robust.primary)
-    out = []
-    for c in (c for c in robust.comparisons
-              if isinstance(c, Sweep) and c.field == "matrix_lr" and c.base.preset == primary.a.preset):
-        tuned = next(x for x in primary.arms() if x.with_(matrix_lr=c.base.get("matrix_lr")) == c.base)
-        for scale, arms in group_arms(c.base, tuned, c.values()).items():
-            means = {a.get("matrix_lr"): mean_ci(per_seed(runs, a, "val_bpb").values()) for a in arms}
-            whole = all(m["n"] == len(GROUP_SEEDS) for m in means.values())
-            best = min(means, key=lambda lr: means[lr]["mean"]) if whole else None
-            out.append(dict(grid=c.name, scale=scale, selected=tuned.get("matrix_lr"),
-                            means={lr: m["mean"] for lr, m in means.items()}, best=best,
-                            moved=None if best is None else best != tuned.get("matrix_lr")))
-    return out
-
-
 def robustness(study, runs, results_dir, est, leave_out=(), interim: bool = False) -> dict:
     """The robustness table of `study` (the recipe-LR study, whose records `runs` are, its estimates
     `est`) beside its robust study's records under results_dir: {rows, selection, preregistration,
@@ -223,6 +202,5 @@ def robustness(study, runs, results_dir, est, leave_out=(), interim: bool = Fals
                 selection=selection(robust, selecting), estimates=robust_est, archive_estimates=archive_est,
                 archived_runs=[("earlier", archived_list(Path(results_dir) / ARCHIVE / a.commit))
                                for a in study.archived],
-                group_check=group_check(robust, selecting),
                 preregistration=dict(zip(("commit", "date"), robust.preregistered or (None, None))),
                 runs=robust_runs, study=robust)

@@ -43,7 +43,8 @@ def _finite(x) -> bool:
 
 
 def pct(x, signed: bool = True) -> str:
-    """A fraction as a percentage: two decimals below 10%, two significant digits above ('+270%')."""
+    """A fraction as a percentage: two decimals below 10%, two significant digits above ('+270%'), and one
+    significant digit below 0.005% ('-0.003%'), so a bound near zero keeps its side of it."""
     if not _finite(x):
         return "n/a"
     v = 100 * x
@@ -51,6 +52,8 @@ def pct(x, signed: bool = True) -> str:
     if abs(v) >= 10:
         digits = max(0, 1 - int(math.floor(math.log10(abs(v)))))
         return f"{float(f'{v:.2g}'):{sign}.{digits}f}%" if digits else f"{float(f'{v:.2g}'):{sign}.0f}%"
+    if v != 0 and abs(v) < 0.005:  # "-0.00%" would hide which side of zero a bound is on: one digit more each
+        return f"{v:{sign}.{-int(math.floor(math.log10(abs(v))))}f}%"
     return f"{v:{sign}.2f}%"
 
 

@@ -12,6 +12,8 @@ value v_i, before the output projection:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -100,6 +102,32 @@ def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torc
     return p[..., :-1].to(v.dtype) @ v, p[..., -1]
 
 
+@dataclass(frozen=True)
+class Learned:
+    """A learned parameter of the layer beyond its projections, present where its config field is on: the
+    layer's attribute of the same name is then a Parameter, or a Linear whose weight it is."""
+    init: float | str  # its value from GPT.init_weights: a number, or the layer's attribute that holds it
+    neutral: float | None  # a value at which it changes nothing (validation.check_attention_arms_off)
+    # a vector's AdamW group (of its name, betas and decay in config.ADAM_GROUPS): its learning rate as this
+    # multiple of cfg.scalar_lr, times the batch scale (optim.build_optimizers); None for a block matrix,
+    # which Muon takes with the others (GPT.param_groups: p.ndim == 2)
+    scalar_lr: float | None
+
+
+# Every such parameter, so that the model's init, its parameter groups and the optimizers loop over this
+# table and a new one is declared here alone. The order is the AdamW groups' (after smear): it decides
+# the optimizer state's layout, which the committed runs fix. The inits draw nothing at random, so every
+# other weight is drawn as in a model without them.
+LEARNED = {
+    # alpha per head (config.xsa_gate), a gate near 1: the residual scalars' small rate
+    "xsa_gate": Learned(init="xsa_alpha", neutral=None, scalar_lr=0.01),
+    # the sink study's output gate, zero-initialised: 2 * sigmoid(0) = 1, so neutral from step 0
+    "attn_gate": Learned(init=0.0, neutral=0.0, scalar_lr=None),
+    # the sink logit: of order 1 and it must move by several, the x0 scalars' rate; at -1e4 it weighs nothing
+    "attn_sink": Learned(init=0.0, neutral=-1e4, scalar_lr=1.0),
+}
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
@@ -119,16 +147,29 @@ class CausalSelfAttention(nn.Module):
         self.xsa_alpha = float(config.xsa_alpha) if layer_idx in config.xsa_layer_set() else None
         self.xsa_variant = config.xsa_variant
         self.xsa_plain = config.xsa_value == "plain"
-        # a learnable strength per head, initialised at alpha (AdamW group "xsa_gate"; init_weights)
+        # the parameters of LEARNED (their init, group and rate are declared there): a learnable strength
+        # per head, initialised at alpha; the sink study's arms, a per-head output gate read off the same
+        # channels as the value-embedding gate, and a per-head sink logit
         self.xsa_gate = (nn.Parameter(torch.full((self.n_head,), self.xsa_alpha))
                          if config.xsa_gate and self.xsa_alpha is not None else None)
-        # the sink study's arms (config.attn_gate, attn_sink): a per-head output gate read off the same
-        # channels as the value-embedding gate, zero-initialised (2 * sigmoid(0) = 1: neutral at step 0),
-        # and a per-head sink logit, initialised at 0 (init_weights)
         self.attn_gate = nn.Linear(self.ve_channels, self.n_head, bias=False) if config.attn_gate else None
         self.attn_sink = nn.Parameter(torch.zeros(self.n_head)) if config.attn_sink else None
         # Diagnostics: set to a dict to receive this layer's q, k, v, y, z on the next forward
         self.capture: dict | None = None
+
+    def learned(self) -> dict[str, nn.Parameter]:
+        """This layer's parameters of LEARNED, those its config turned on, by name (a Linear's weight)."""
+        modules = {name: getattr(self, name) for name in LEARNED}
+        return {name: m.weight if isinstance(m, nn.Linear) else m for name, m in modules.items() if m is not None}
+
+    @torch.no_grad()
+    def init_learned(self, neutral: bool = False) -> None:
+        """Set the parameters of LEARNED to their initial values (GPT.init_weights), or with `neutral` to
+        the values at which they change nothing (those that have one)."""
+        for name, p in self.learned().items():
+            value = LEARNED[name].neutral if neutral else LEARNED[name].init
+            if value is not None:
+                p.fill_(getattr(self, value) if isinstance(value, str) else value)
 
     def forward(self, x, ve, cos_sin, kv_cache: KVCache | None):
         B, T, C = x.shape

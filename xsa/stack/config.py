@@ -33,6 +33,13 @@ def _float_fields(obj) -> None:
             object.__setattr__(obj, f.name, float(value))
 
 
+def _bool_fields(obj) -> None:
+    """Refuse a non-bool in every bool-typed field (a 1 or "yes" is not a switch), naming the field."""
+    for f in dataclasses.fields(obj):
+        if f.type == "bool":
+            _check(f.name, isinstance(getattr(obj, f.name), bool), "true or false", getattr(obj, f.name))
+
+
 def _check(name: str, ok: bool, expected: str, value) -> None:
     if not ok:
         raise ConfigError(f"{name} must be {expected}, got {value!r}")
@@ -56,8 +63,12 @@ XSA_VALUE_MODES = ("mixed", "plain")
 # one with the KV cache against the full forward): "xsa" removes the component along the token's
 # own value.
 XSA_VARIANTS = ("xsa",)
+# Other ways for a head to attend to nothing (the sink study's arms), each a bool field of GPTConfig off by
+# default, and its word in the run id, after the XSA label in this order (base-attngate, xsa1-sink;
+# spec.arm_name). What each adds to the model is declared in xsa/stack/attention.py (LEARNED).
+ARM_LABELS = {"attn_gate": "attngate", "attn_sink": "sink"}
 # the fields of the attention arm (what a run's records state beside its arm's name)
-XSA_FIELDS = ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate", "attn_gate", "attn_sink")
+XSA_FIELDS = ("xsa_alpha", "xsa_layers", "xsa_value", "xsa_variant", "xsa_gate", *ARM_LABELS)
 _LAYER_SPEC = re.compile(r"^(all|none|last:\d+|first:\d+|\d+(,\d+)*)$")
 
 
@@ -121,8 +132,7 @@ class GPTConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
         _number("init_gate_max", self.init_gate_max, 0.0)
-        for name in ("smear", "backout", "rotary_bf16", "xsa_gate", "attn_gate", "attn_sink"):
-            _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
+        _bool_fields(self)
         for name in ("init_resid_lambdas", "init_x0_lambdas"):
             value = getattr(self, name)
             _check(name, isinstance(value, (list, tuple)) and len(value) == 2, "a pair (first layer, last layer)", value)
@@ -302,9 +312,7 @@ class TrainConfig:
         for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "value_embed_lr_scale",
                      "smear_lr", "adamw_matrix_lr", "weight_decay", "ns_scale"):
             _number(name, getattr(self, name), 0.0, what="a number >= 0")
-        for name in ("batch_lr_scaling", "weight_decay_scaling", "muon_eq", "muon_plus", "gpu_path",
-                     "cpu_compile", "muon_stacked"):
-            _check(name, isinstance(getattr(self, name), bool), "true or false", getattr(self, name))
+        _bool_fields(self)
         for name in ("adam_betas", "adam_weight_decay"):
             value = getattr(self, name)
             if not isinstance(value, dict) or set(value) != set(ADAM_GROUPS):

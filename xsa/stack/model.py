@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xsa.stack.attention import CausalSelfAttention, has_value_embedding, norm
+from xsa.stack.attention import LEARNED, CausalSelfAttention, has_value_embedding, norm
 from xsa.stack.config import ConfigError, GPTConfig
 from xsa.stack.kvcache import KVCache
 from xsa.stack.loss import chunked_softcap_cross_entropy
@@ -118,12 +118,7 @@ class GPT(nn.Module):
         for block in self.blocks:
             if block.attn.ve_gate is not None:
                 nn.init.uniform_(block.attn.ve_gate.weight, 0.0, c.init_gate_max)
-            if block.attn.xsa_gate is not None:
-                nn.init.constant_(block.attn.xsa_gate, block.attn.xsa_alpha)
-            if block.attn.attn_gate is not None:
-                nn.init.zeros_(block.attn.attn_gate.weight)
-            if block.attn.attn_sink is not None:
-                nn.init.zeros_(block.attn.attn_sink)
+            block.attn.init_learned()  # the XSA gate and the attention arms (attention.LEARNED)
         cos, sin = self._rotary_tables(self.cos.device)
         self.cos.copy_(cos)
         self.sin.copy_(sin)
@@ -132,6 +127,7 @@ class GPT(nn.Module):
         """Parameters by optimizer role: Muon takes 'matrix' (every block matrix, value-embedding
         gates included, as nanochat), AdamW the rest (see xsa/stack/optim.py)."""
         smear = [getattr(self, n) for n in ("smear_gate", "smear_lambda", "backout_lambda") if hasattr(self, n)]
+        learned = [b.attn.learned() for b in self.blocks]
         groups = {
             "matrix": [p for p in self.blocks.parameters() if p.ndim == 2],
             "embedding": [self.wte.weight],
@@ -140,8 +136,9 @@ class GPT(nn.Module):
             "resid_lambdas": [self.resid_lambdas],
             "x0_lambdas": [self.x0_lambdas],
             "smear": [p.weight if isinstance(p, nn.Linear) else p for p in smear],
-            "xsa_gate": [b.attn.xsa_gate for b in self.blocks if b.attn.xsa_gate is not None],
-            "attn_sink": [b.attn.attn_sink for b in self.blocks if b.attn.attn_sink is not None],
+            # the attention's learned vectors, a group each (its matrices are in "matrix" above)
+            **{name: [ps[name] for ps in learned if name in ps]
+               for name, what in LEARNED.items() if what.scalar_lr is not None},
         }
         assert sum(len(g) for g in groups.values()) == len(list(self.parameters()))
         return groups

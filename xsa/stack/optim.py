@@ -47,6 +47,7 @@ import math
 import torch
 import torch.distributed as dist
 
+from xsa.stack.attention import LEARNED
 from xsa.stack.config import scaling_params
 
 # Quintic Newton-Schulz (Keller Jordan's Muon): coefficients chosen to maximise the slope at zero,
@@ -382,8 +383,9 @@ def build_optimizers(model, cfg, world_size: int = 1) -> list[torch.optim.Optimi
     lrs = {"lm_head": cfg.unembedding_lr * dmodel * batch, "embedding": emb,
            "value_embeds": emb * cfg.value_embed_lr_scale, "resid_lambdas": cfg.scalar_lr * 0.01 * batch,
            "x0_lambdas": cfg.scalar_lr * batch, "smear": cfg.smear_lr,
-           "xsa_gate": cfg.scalar_lr * 0.01 * batch,  # a gate near 1: the residual scalars' small rate
-           "attn_sink": cfg.scalar_lr * batch}  # a logit of order 1 that must move by several: the x0 scalars' rate
+           # the attention's learned vectors, each at its multiple of the scalar rate (attention.LEARNED)
+           **{name: cfg.scalar_lr * what.scalar_lr * batch for name, what in LEARNED.items()
+              if what.scalar_lr is not None}}
     adam = [dict(name=name, params=groups[name], lr=lrs[name], betas=cfg.adam_betas[name],
                  weight_decay=cfg.adam_weight_decay[name], decay_scheduled=False)
             for name in lrs if groups.get(name)]

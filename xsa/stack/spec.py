@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from xsa.stack.config import XSA_FIELDS, ConfigError, GPTConfig, TrainConfig, optional_fields
+from xsa.stack.config import ARM_LABELS, XSA_FIELDS, ConfigError, GPTConfig, TrainConfig, optional_fields
 from xsa.stack.presets import make_config
 
 # fields that never make an arm: the preset names the run's base, the seed is its own part
@@ -83,10 +83,9 @@ def arm_name(preset: str, overrides: dict, model: GPTConfig) -> str:
             label += "-" + model.xsa_value
         if model.xsa_gate:
             label += "-gate"
-    if model.attn_gate:  # the sink study's arms (base-attngate, xsa1-sink)
-        label += "-attngate"
-    if model.attn_sink:
-        label += "-sink"
+    for field, word in ARM_LABELS.items():  # the other ways to attend to nothing (base-attngate, xsa1-sink)
+        if getattr(model, field):
+            label += f"-{word}"
     for key, value in sorted(rest.items()):
         label += f"-{WORDS[key]}" if value is True and key in WORDS else f"-{ALIASES.get(key, key)}{_label(value)}"
     parts.append(label)
