@@ -132,7 +132,7 @@ class _Reads(dict):
 
 def _render(book: dict):
     figures = {n: "x.png" for n in ("robustness", "paired", "diagnostics_effects", "cross_scale", "scale", "factorial",
-                                      "gates", "learning", "optimizer_lr")}
+                                      "gates", "learning", "optimizer_lr", "sink")}
     return render(TEMPLATE.read_text(), Book(book), figures, lambda name, **kw: "", dict(
         study=get_study("default"), left_out="", machine_warnings=[], runs=[], scale_study=get_study("scale"),
         scale_checks={"scale-check": get_study("scale-check")}))
@@ -248,3 +248,33 @@ def test_the_factorial_section_says_what_each_registered_outcome_says():
     from xsa.base.records import REPO_ROOT as root
     made = factorial_verdicts(root / "results", book["factorial"], model_book(root / "results")[1])
     assert {k: e.unit for k, e in made.items()} == VERDICTS  # the kinds the check above reads are the ones made
+
+
+@committed
+@pytest.mark.parametrize("keep, outcome, says", [
+    (0.1, "sink", "takes at least half of XSA's gain, so at this scale the gain is largely a sink effect"),
+    (0.7, "partly", "takes part of XSA's gain, less than half"),
+    (1.0, "not sink", "takes less than half of XSA's gain, and no decided part of it")])
+def test_the_sink_study_once_complete_says_its_registered_outcome(tmp_path, keep, outcome, says):
+    """With every record of the sink study (planted: with a mechanism XSA keeps `keep` of its gain), its book
+    holds the decision and the text states each mechanism's registered outcome, reading every verdict key;
+    while it trains, the book holds no effect and the text states none."""
+    from test_sink_study import _plant
+    from xsa.books.sink import sink_book
+    committed_book = _book()
+    _plant(tmp_path, keep, factorial_only=True)  # the factorial's records alone: the study under way
+    training = sink_book(tmp_path)
+    assert training["progress"].verdict == "training"
+    assert not any(k.endswith("_outcome") or k.startswith("xsa_") for k in training)
+    said = " ".join(" ".join(c for kind, c in _render({**committed_book, "sink": training}) if kind == "markdown").split())
+    assert "Neither registration reads an outcome" in said and says not in said
+    _plant(tmp_path, keep)
+    sink = sink_book(tmp_path)
+    assert sink["progress"].verdict == "complete"
+    assert {sink["gate_outcome"].verdict, sink["sink_outcome"].verdict} == {outcome}
+    read: set = set()
+    book = {name: _Reads(est, read=read, study=name) for name, est in {**committed_book, "sink": sink}.items()}
+    said = " ".join(" ".join(c for kind, c in _render(book) if kind == "markdown").split())
+    assert said.count(says) == 2 and "Neither registration reads an outcome" not in said
+    assert "the output gate on both arms" in said and "the learned sink on both arms" in said
+    assert {"sink.gate_outcome", "sink.sink_outcome", "sink.progress"} <= read

@@ -34,8 +34,7 @@ from xsa.studies import optimizer_analysis as O
 from xsa.studies.predict import TAU2_GRID
 from xsa.base.stats import mean_ci
 from xsa.studies.registry import GROUP_SCALES, GROUP_SEEDS, STUDIES, Sweep, get_study, group_arms
-from xsa.studies.rules import final_bpb
-from xsa.studies.sink import CONDITIONS, decision_names, sink_study
+from xsa.books.sink import sink_book
 
 BOOTSTRAP = 200  # seed resamples of the criterion's choice (each refits every candidate five times)
 BOOTSTRAP_SEED = 0  # the resamples' RNG: the share is the same number on every build
@@ -381,20 +380,9 @@ def progress_books(results) -> dict[str, dict]:
     the counts its text states while it trains; no registered decision is read from them until the last
     record lands (the registrations say when)."""
     results = Path(results)
-    sink, reused = sink_study(), {r.run_id for r in get_study("factorial", results).runs}
-    new = [r for r in sink.runs if r.run_id not in reused]
-    done = [r for r in sink.runs if final_bpb(results, r) is not None]
     counts = O.estimates(results)["counts"]
     return {
-        "sink": {e.key: e for e in (
-            fact("runs_declared", len(sink.runs), "runs", "runs the sink study declares (its registration)"),
-            fact("runs_finished", len(done), "runs", "declared runs with a final record", runs=[r.run_id for r in done]),
-            fact("runs_new", len(new), "runs", "declared runs that are not the factorial study's records"),
-            fact("runs_new_finished", sum(r.run_id not in reused for r in done), "runs",
-                 "new runs with a final record"),
-            fact("decision_tests", len(decision_names()), "tests", "the decision family (Holm over its members)"),
-            fact("conditions", len(CONDITIONS), "conditions", "the cells and rates the mechanisms are crossed in"),
-            fact("final", int(len(done) == len(sink.runs)), "flag", "1 when every declared run has a record"))},
+        "sink": sink_book(results),  # its decision too, once its last record has landed (xsa/books/sink.py)
         "optimizer": {e.key: e for e in (
             fact("runs_declared", counts["declared"], "runs", "runs the optimizer study declares so far (adaptive)"),
             fact("runs_finished", counts["finished"], "runs", "declared runs with a final or divergence record"),

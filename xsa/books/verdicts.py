@@ -47,6 +47,12 @@ OUTCOMES = {
     # length axis of the model its criterion chooses (xsa/studies/factorial/models.py; steps and tokens seen tie)
     "axis": ("steps", "tokens per parameter", "both", "undecided", "neither account"),
     "model": ("tokens per parameter", "steps", "with parameters", "mixed"),
+    # the sink study's registered decision table per mechanism (xsa/studies/sink_analysis.py: outcome), and
+    # whether a study under way has its last record (its text states no outcome before)
+    "sink": ("sink", "partly", "not sink", "opposite", "undecided"),
+    # the x4 check's registered reading (results/scale-check/preregistration.md, "How the paper reads them")
+    "selection": ("overstated", "holds"),
+    "progress": ("complete", "training"),
 }
 
 
@@ -128,9 +134,10 @@ def scale_verdicts(book: dict, seed_effect: float) -> dict[str, Estimate]:
     """The scale study's verdicts (and its x4 check's), as §4 and Appendix C state them, from its book;
     the model's only once it can fit. `seed_effect`: the seed paper's d12 effect the text compares with."""
     out = {}
-    for key in ("length_x1_3", "check_common_xsa_rate", "check_base_rates", "gate_at_width_64", "gate_at_8_heads",
+    for key in ("length_x1_3", "gate_at_width_64", "gate_at_8_heads",
                 "width_256_128_steps", "width_256_length"):
         out[f"{key}_direction"] = direction(key, book[key])
+    out["check_selection"] = selection("check_selection", book["check_base_rates"])
     for key in ("slope_tokens", "heads_slope_w128"):
         if key in book:
             out[f"{key}_trend"] = trend(key, book[key])
@@ -162,6 +169,30 @@ def model(key: str, chosen) -> Estimate:
     return _verdict(key, "model", outcome, "the length axis of the model the registered leave-one-condition-out "
                     f"criterion chooses (chosen: {', '.join(chosen) or 'none'}; at CPU scale steps and tokens seen "
                     "are one axis, and with parameters the three two-axis candidates one fit)")
+
+
+def selection(key: str, e: Estimate) -> Estimate:
+    """The x4 check's registered reading of the baseline at XSA's rate against its own (`e`): the x4 estimate
+    overstates XSA's gain at tuned rates where that interval lies below zero (the baseline better at XSA's
+    rate), else the baseline's selection holds on the check's seeds."""
+    outcome = "overstated" if e.ci.defined and e.hi < 0 else "holds"
+    return _verdict(key, "selection", outcome, "the x4 check's registered reading: overstated where the baseline's "
+                    "change at XSA's rate against its own has its 95% interval below zero, else holds", e)
+
+
+def sink(key: str, outcome: str, judged: Estimate) -> Estimate:
+    """What the sink study's registered table says of one mechanism, from its pooled interaction and
+    half-gain tests (Holm over the four of the decision family)."""
+    return _verdict(key, "sink", outcome, "the sink study's registered decision table, from the pooled interaction I "
+                    "and half-gain difference r (Holm p below 5%): opposite where I is decided below 0; partly where I "
+                    "is decided above 0 and r below 0; sink where I is decided above 0 and r is at or above 0; not "
+                    "sink where r is decided below 0 and I is not decided above 0; else undecided", judged)
+
+
+def progress(key: str, done: int, declared: int) -> Estimate:
+    """Whether a study under way has every declared run's record: complete, or training."""
+    return _verdict(key, "progress", "complete" if declared and done == declared else "training",
+                    f"complete when every declared run has a final record ({done} of {declared} now), else training")
 
 
 def registered(final: bool) -> Estimate:

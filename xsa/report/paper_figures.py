@@ -2,6 +2,7 @@
 The figures the paper draws across studies, and the readings they need beyond the estimates files:
 
     paper_figures(results, estimates, tables, out)   # draws them all: {name: path or None}
+    sink_rows(book)                                  # the sink study's effects per condition, once complete
     seed_effects(runs, base, xsa)                    # each seed's paired relative effect on val bpb
     learning_panel(runs, base, xsa)                  # both arms' val bpb curves and their paired gap
     study_compute(rows)                              # CPU hours per study, from the run table's rows
@@ -17,9 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from xsa.studies.factorial.design import CELLS, RATES
-from xsa.report.figures import fig_factorial, fig_heatmap, fig_learning, fig_paired
+from xsa.report.figures import fig_factorial, fig_forest, fig_heatmap, fig_learning, fig_paired
 from xsa.checks.records import complete, load_runs, per_seed
-from xsa.base.stats import mean_ci, relative_differences
+from xsa.base.stats import Interval, mean_ci, relative_differences
+from xsa.books.estimates import slug
+from xsa.studies.sink import CONDITIONS as SINK_CONDITIONS
 from xsa.studies import optimizer_analysis
 
 # the learning curves: the robust study's primary (short) and the factorial's long cells at its higher rate
@@ -96,6 +99,23 @@ def study_compute(rows: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+MECHANISM_LABELS = {"none": "XSA alone", "gate": "with the output gate", "sink": "with the learned sink"}
+
+
+def sink_rows(book: dict) -> list[dict]:
+    """XSA's effect (%) in each condition of the sink study, without and with each mechanism on both arms,
+    from its book: none until its last record lands (its book holds no effect before)."""
+    rows = []
+    for c in SINK_CONDITIONS:
+        for m in c.mechanisms:
+            e = book.get(slug(f"xsa {c.name} {m}"))
+            if e is not None and e.value is not None:
+                rows.append(dict(label=f"{c.name}, {MECHANISM_LABELS[m]} (n = {e.n})", n=e.n, mean=100 * e.value,
+                                 ci=Interval(*(None if x is None else 100 * x for x in (e.lo, e.hi))),
+                                 primary=m == "none"))
+    return rows
+
+
 def paper_figures(results, estimates: dict, tables: dict, out_dir) -> dict:
     """Every cross-study figure of the paper under out_dir; a figure with no records maps to None."""
     results, robust, fx = Path(results), estimates.get("robust", {}), estimates.get("factorial", {})
@@ -107,4 +127,6 @@ def paper_figures(results, estimates: dict, tables: dict, out_dir) -> dict:
         "factorial": fig_factorial([c.name for c in CELLS], list(RATES), fx, out_dir, "factorial") if fx else None,
         "gates": fig_heatmap(tables.get("scale_gates") or [], out_dir, "gates", "learned XSA strength"),
         "optimizer_lr": optimizer_analysis.figure(results, out_dir, height=2.0, row=True),
+        "sink": fig_forest(sink_rows(estimates.get("sink", {})), out_dir, "sink",
+                           "val bpb change, XSA minus baseline (%), 95% CI over paired seeds"),
     }
