@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,24 @@ def test_robust_muon_records_are_reused_by_run_id(tmp_path):
     assert tuned.arms() == primary.arms() and common.arms() == primary.arms()
     assert {x.run(s).run_id for s in O.TUNED_SEEDS for x in tuned.arms()} <= robust
     assert math.isclose(tuned.a.get("matrix_lr"), 0.08)
+
+
+def plant_study(results: Path, effects: dict | None = None, noise: float = 0.001) -> None:
+    """Records for every run the study declares, declared round by round as its rules decide, until it
+    declares no more: each optimizer's loss a bowl in log2 of its rate around its best (Muon 0.04, AdamW
+    0.002), XSA `effects[optimizer]` below the baseline (-0.6% under both by default), and each run's own
+    noise of relative SD `noise`."""
+    effects = effects or {"muon": -0.006, "adamw": -0.006}
+    best = {"muon": 0.04, "adamw": 0.002}
+    for _ in range(20):
+        study = O.optimizer_study(results)
+        todo = [r for r in study.runs if not (results / "runs" / r.run_id).exists()]
+        if not todo:
+            assert not study.pending, study.pending
+            return
+        for r in todo:
+            cfg = r.config()
+            lr = cfg.matrix_lr if cfg.optimizer == "muon" else cfg.adamw_matrix_lr
+            v = (2.0 + 0.05 * math.log2(lr / best[cfg.optimizer]) ** 2) * (1 + random.Random(r.run_id).gauss(0, noise))
+            record(results, r, v * (1 + effects[cfg.optimizer]) if cfg.model.xsa_alpha else v)
+    raise AssertionError("the study kept declaring runs")

@@ -109,8 +109,14 @@ def test_each_verdict_the_template_tests_is_a_key_with_that_outcome():
     variables = _variables(source)
     tested = _tested(source)
     assert len(tested) >= 5
+    from xsa.books import optimizer, sink
+    later = {"sink": sink.VERDICT_KINDS, "optimizer": optimizer.VERDICT_KINDS}  # held once the study is complete
     for var, key, outcome in tested:
         est = book[variables[var]]
+        if key not in est and est.get("progress") and est["progress"].verdict == "training":
+            kind = later[variables[var]].get(key)
+            assert kind and outcome in OUTCOMES[kind], f"{var}.{key}: not a verdict its study's book makes"
+            continue
         assert key in est and est[key].family == "verdict", f"{var}.{key}: no such verdict"
         assert outcome in OUTCOMES[est[key].unit], f"{var}.{key}: {outcome!r} is not a {est[key].unit} outcome"
     # direction(...) reads <key>_direction, and chooses a sentence for each of its outcomes
@@ -271,6 +277,8 @@ def test_the_sink_study_once_complete_says_its_registered_outcome(tmp_path, keep
     _plant(tmp_path, keep)
     sink = sink_book(tmp_path)
     assert sink["progress"].verdict == "complete"
+    from xsa.books.sink import VERDICT_KINDS
+    assert {k: e.unit for k, e in sink.items() if e.family == "verdict" and k != "progress"} == VERDICT_KINDS
     assert {sink["gate_outcome"].verdict, sink["sink_outcome"].verdict} == {outcome}
     read: set = set()
     book = {name: _Reads(est, read=read, study=name) for name, est in {**committed_book, "sink": sink}.items()}
@@ -278,3 +286,29 @@ def test_the_sink_study_once_complete_says_its_registered_outcome(tmp_path, keep
     assert said.count(says) == 2 and "Neither registration reads an outcome" not in said
     assert "the output gate on both arms" in said and "the learned sink on both arms" in said
     assert {"sink.gate_outcome", "sink.sink_outcome", "sink.progress"} <= read
+
+
+@committed
+@pytest.mark.parametrize("effects, noise, reading, says", [
+    ({"muon": -0.006, "adamw": -0.006}, 0.0002, "carries over", "XSA's result carries over from AdamW to Muon here"),
+    ({"muon": -0.006, "adamw": 0.004}, 0.0002, "differs", "XSA's gain differs between the optimizers"),
+    ({"muon": 0.0, "adamw": 0.0}, 0.02, "cannot tell", "CPU scale cannot tell whether XSA's gain depends on the optimizer")])
+def test_the_optimizer_study_once_complete_says_its_registered_readings(tmp_path, effects, noise, reading, says):
+    """With every record the optimizer study declares (planted round by round), its book holds the registered
+    endpoints and the text states the interaction's registered reading and AdamW's, reading every verdict key."""
+    from test_optimizer_study import plant_study
+    from xsa.books.optimizer import optimizer_book
+    plant_study(tmp_path, effects, noise)
+    book_o = optimizer_book(tmp_path)
+    assert book_o["progress"].verdict == "complete" and book_o["interaction_reading"].verdict == reading
+    from xsa.books.optimizer import VERDICT_KINDS
+    assert {k: e.unit for k, e in book_o.items() if e.family == "verdict" and k != "progress"} == VERDICT_KINDS
+    read: set = set()
+    book = {name: _Reads(est, read=read, study=name) for name, est in {**_book(), "optimizer": book_o}.items()}
+    said = " ".join(" ".join(c for kind, c in _render(book) if kind == "markdown").split())
+    assert says in said and "Beyond AdamW." in said and "(interim, no estimate read from them)" not in said
+    adamw = {"lowers": "XSA lowers final val bpb under AdamW", "raises": "XSA raises it under AdamW",
+             "does not measurably change": "no effect is detected under AdamW"}[book_o["adamw_tuned_direction"].verdict]
+    assert adamw in said
+    verdicts = {f"optimizer.{k}" for k, e in book_o.items() if e.family == "verdict"}
+    assert verdicts <= read, sorted(verdicts - read)

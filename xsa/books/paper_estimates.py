@@ -30,10 +30,10 @@ from xsa.books.estimates import Estimate, fact, slug
 from xsa.books.factorial import factorial_book
 from xsa.checks.records import per_seed
 from xsa.base.records import read_json
-from xsa.studies import optimizer_analysis as O
 from xsa.studies.predict import TAU2_GRID
 from xsa.base.stats import mean_ci
 from xsa.studies.registry import GROUP_SCALES, GROUP_SEEDS, STUDIES, Sweep, get_study, group_arms
+from xsa.books.optimizer import optimizer_book
 from xsa.books.sink import sink_book
 
 BOOTSTRAP = 200  # seed resamples of the criterion's choice (each refits every candidate five times)
@@ -377,17 +377,6 @@ def later_books(results) -> dict[str, dict]:
 
 def progress_books(results) -> dict[str, dict]:
     """{"sink": ..., "optimizer": ...}: each study's declared and finished runs (and what they cost so far),
-    the counts its text states while it trains; no registered decision is read from them until the last
-    record lands (the registrations say when)."""
-    results = Path(results)
-    counts = O.estimates(results)["counts"]
-    return {
-        "sink": sink_book(results),  # its decision too, once its last record has landed (xsa/books/sink.py)
-        "optimizer": {e.key: e for e in (
-            fact("runs_declared", counts["declared"], "runs", "runs the optimizer study declares so far (adaptive)"),
-            fact("runs_finished", counts["finished"], "runs", "declared runs with a final or divergence record"),
-            fact("runs_diverged", counts["diverged"], "runs", "finished runs that diverged"),
-            fact("cost", counts["cpu_hours"], "CPU hours", "training CPU time of the finished runs", family="cost"),
-            fact("final", int(counts["pending"] == 0 and not counts["pending_comparisons"]), "flag",
-                 "1 when every run the study can declare has a record"))},
-    }
+    the counts its text states while it trains; no registered outcome is read from them until the last
+    record lands (the registrations say when: xsa/books/sink.py, xsa/books/optimizer.py)."""
+    return {"sink": sink_book(results), "optimizer": optimizer_book(results)}

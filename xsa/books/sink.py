@@ -24,6 +24,10 @@ from xsa.studies.rules import final_bpb
 from xsa.studies.sink import CONDITIONS, TESTED, decision_names, sink_study, with_mechanism
 
 
+# the verdicts its book holds once complete, by kind (xsa/books/verdicts.py: OUTCOMES); absent before
+VERDICT_KINDS = {f"{m}_outcome": "sink" for m in TESTED}
+
+
 def sink_book(results) -> dict[str, Estimate]:
     results = Path(results)
     study, reused = sink_study(), {r.run_id for r in get_study("factorial", results).runs}

@@ -34,7 +34,7 @@ from xsa.checks.integrity import RecordError
 from xsa.studies import registry
 from xsa.studies.registry import get_study
 from xsa.base.stats import relative
-from xsa.studies.registry import SEED_PAPER
+from xsa.studies.registry import SEED_PAPER, seed_paper_effect
 
 # each kind of verdict and its outcomes, in the order its rule tries them
 OUTCOMES = {
@@ -52,6 +52,8 @@ OUTCOMES = {
     "sink": ("sink", "partly", "not sink", "opposite", "undecided"),
     # the x4 check's registered reading (results/scale-check/preregistration.md, "How the paper reads them")
     "selection": ("overstated", "holds"),
+    # the optimizer study's registered reading of its interaction (results/optimizer/preregistration.md)
+    "carries": ("differs", "carries over", "cannot tell"),
     "progress": ("complete", "training"),
 }
 
@@ -189,10 +191,24 @@ def sink(key: str, outcome: str, judged: Estimate) -> Estimate:
                     "sink where r is decided below 0 and I is not decided above 0; else undecided", judged)
 
 
-def progress(key: str, done: int, declared: int) -> Estimate:
-    """Whether a study under way has every declared run's record: complete, or training."""
-    return _verdict(key, "progress", "complete" if declared and done == declared else "training",
-                    f"complete when every declared run has a final record ({done} of {declared} now), else training")
+def progress(key: str, done: int, declared: int, more: bool = False) -> Estimate:
+    """Whether a study under way has every declared run's record (and, for an adaptive one, declares no
+    more: `more`): complete, or training."""
+    return _verdict(key, "progress", "complete" if declared and done == declared and not more else "training",
+                    f"complete when every declared run has a final record ({done} of {declared} now) and the study "
+                    "declares no more, else training")
+
+
+def carries(key: str, e: Estimate) -> Estimate:
+    """The optimizer study's registered reading of XSA's effect under Muon minus under AdamW: differs where
+    decided (Holm), carries over where not decided and its interval lies within the seed paper's whole effect
+    either side, else cannot tell."""
+    bound = abs(seed_paper_effect("d12"))
+    outcome = ("differs" if e.decided else "carries over" if e.ci.defined and -bound <= e.lo and e.hi <= bound
+               else "cannot tell")
+    return _verdict(key, "carries", outcome, "the optimizer study's registered reading of its interaction: differs "
+                    f"where decided after Holm; carries over where not decided and within +/-{100 * bound:.2f}% (the "
+                    "seed paper's whole d12 effect, the registration's yardstick); else cannot tell", e)
 
 
 def registered(final: bool) -> Estimate:

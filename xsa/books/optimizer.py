@@ -1,0 +1,77 @@
+"""
+The optimizer study's book (xsa/studies/optimizer.py, its analysis xsa/studies/optimizer_analysis.py): how far
+its records have come while it trains, and, once every run it can declare has its record, its registered
+endpoints. Until then no effect of the study is read into results/estimates/optimizer.json, as its
+registration says.
+
+    optimizer_book(results)   # {key: Estimate}: the progress facts; when complete, the endpoints as well
+
+The endpoints (relative to each seed's baseline, paired by seed, Holm over the registered family): XSA under
+AdamW at tuned rates (`adamw_tuned`) and under Muon beside it (`muon_tuned`, outside the family), their
+per-seed difference (`interaction`, Muon minus AdamW), both arms at the baseline's rate (`<opt>_common`), and
+each optimizer's and width's change of the LR sensitivity (`sensitivity_change_<opt>_<preset>`, with each
+arm's sensitivity `sensitivity_<opt>_<preset>_<arm>`); each with the verdict its registration reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xsa.books.estimates import Estimate, fact, slug
+from xsa.books.verdicts import carries, direction, progress
+from xsa.studies import optimizer_analysis as O
+from xsa.studies.optimizer import OPTIMIZERS, SELECTION_SEEDS
+
+
+DIRECTIONS = ("adamw_tuned", "muon_tuned", "muon_common", "adamw_common",
+              *(slug(f"sensitivity change {o} {p}") for o in OPTIMIZERS for p in SELECTION_SEEDS))
+# the verdicts its book holds once complete, by kind (xsa/books/verdicts.py: OUTCOMES); absent before
+VERDICT_KINDS = {**{f"{k}_direction": "direction" for k in DIRECTIONS}, "interaction_reading": "carries"}
+
+
+def optimizer_book(results) -> dict[str, Estimate]:
+    ours = O.estimates(Path(results))
+    counts = ours["counts"]
+    complete = counts["pending"] == 0 and not counts["pending_comparisons"]
+    book = {e.key: e for e in (
+        fact("runs_declared", counts["declared"], "runs", "runs the optimizer study declares so far (adaptive)"),
+        fact("runs_finished", counts["finished"], "runs", "declared runs with a final or divergence record"),
+        fact("runs_diverged", counts["diverged"], "runs", "finished runs that diverged"),
+        fact("cost", counts["cpu_hours"], "CPU hours", "training CPU time of the finished runs", family="cost"),
+        fact("final", int(complete), "flag", "1 when every run the study can declare has a record"),
+        progress("progress", counts["finished"], counts["declared"], more=bool(counts["pending_comparisons"])))}
+    if complete:
+        book.update(endpoint_book(ours))
+    return book
+
+
+def _estimate(key: str, d: dict, unit: str, metric: str, family: str, definition: str) -> Estimate:
+    return Estimate(key, d.get("value"), d.get("lo"), d.get("hi"), d.get("n") or 0, sd=d.get("sd"), p=d.get("p"),
+                    p_holm=d.get("p_holm"), unit=unit, metric=metric, family=family, definition=definition)
+
+
+def endpoint_book(ours: dict) -> dict[str, Estimate]:
+    """The registered endpoints and their verdicts, from the study's complete estimates (optimizer_book)."""
+    fam, book = ours["family"], {}
+    for k in ("adamw_tuned", "interaction", "muon_common", "adamw_common"):
+        book[k] = _estimate(k, fam[k], "relative", "val_bpb", "registered",
+                            f"optimizer study, {k}: XSA's relative effect on final val bpb, paired by seed (interaction: "
+                            "under Muon minus under AdamW, per seed), Holm over the registered family")
+    book["muon_tuned"] = _estimate("muon_tuned", ours["effects"]["muon_tuned"], "relative", "val_bpb", "registered",
+                                   "optimizer study: XSA's effect under Muon at tuned rates (the robust primary's "
+                                   "pairs), outside the family")
+    for opt in OPTIMIZERS:
+        for preset in SELECTION_SEEDS:
+            sens = ours["sensitivity"][f"{opt}/{preset}"]
+            k = slug(f"sensitivity change {opt} {preset}")
+            book[k] = _estimate(k, fam[f"sensitivity_change/{opt}/{preset}"], "absolute", "lr_sensitivity",
+                                "registered", f"{opt} at {preset}: XSA's LR sensitivity minus the baseline's (Wortsman "
+                                "et al. 2023, bits per byte), seed-bootstrap interval, Holm over the family")
+            for arm in ("base", "xsa"):
+                ka = slug(f"sensitivity {opt} {preset} {arm}")
+                book[ka] = _estimate(ka, sens[arm], "absolute", "lr_sensitivity", "descriptive",
+                                     f"{opt} at {preset}: the {arm} arm's LR sensitivity, seed-bootstrap interval")
+    for k in DIRECTIONS:
+        book[f"{k}_direction"] = direction(k, book[k])
+    book["interaction_reading"] = carries("interaction_reading", book["interaction"])
+    return book
