@@ -13,6 +13,8 @@ gives none.
 
 from __future__ import annotations
 
+from matplotlib.ticker import NullFormatter
+
 from xsa.gpu.cost import run_flops
 from xsa.stack.presets import make_config
 from xsa.report.figures import FULL, new_figure, save_figure
@@ -101,25 +103,30 @@ def cross_scale_table(rows: list[dict]) -> list[dict]:
 
 
 def fig_cross_scale(rows: list[dict], out_dir, name: str = "cross_scale"):
-    """XSA's relative effect against training FLOPs: ours with 95% intervals, the published results as
-    hollow markers with no interval (one run each, or runs whose spread their source does not give)."""
-    fig, axes = new_figure(figsize=(FULL, 2.6))  # low enough to share an appendix page with its paragraph
-    ax = axes[0][0]
+    """XSA's relative effect against training FLOPs, in two panels with axes of their own: ours with 95%
+    intervals (left), the published results as hollow markers with no interval (right: one run each, or
+    runs whose spread their source does not give). Apart, because the scales, losses and corpora differ:
+    the figure places each result by its compute and sets no size of ours against theirs."""
+    fig, axes = new_figure(ncols=2, figsize=(FULL, 2.6))  # low enough to share an appendix page with its paragraph
+    left, right = axes[0]
     ours = [r for r in rows if r["source"] == "this paper"]
-    ax.errorbar([r["flops"] for r in ours], [100 * r["effect"] for r in ours],
-                yerr=[[100 * (r["effect"] - r["lo"]) for r in ours], [100 * (r["hi"] - r["effect"]) for r in ours]],
-                fmt="o", color="C0", ms=4, capsize=2, lw=1, label="this paper (CPU, 95% CI over paired seeds)")
+    left.errorbar([r["flops"] for r in ours], [100 * r["effect"] for r in ours],
+                  yerr=[[100 * (r["effect"] - r["lo"]) for r in ours], [100 * (r["hi"] - r["effect"]) for r in ours]],
+                  fmt="o", color="C0", ms=4, capsize=2, lw=1, label="this paper (CPU, 95% CI over paired seeds)")
     markers = iter("sDv^P")
     for source in dict.fromkeys(r["source"] for r in rows if r["source"] != "this paper"):
         pts = [r for r in rows if r["source"] == source and r["flops"] is not None and r["effect"] is not None]
         if pts:
-            ax.plot([r["flops"] for r in pts], [100 * r["effect"] for r in pts], next(markers), mfc="white",
-                    color="C1", ms=5, ls="none", label=f"{source} (one run per arm)")
+            right.plot([r["flops"] for r in pts], [100 * r["effect"] for r in pts], next(markers), mfc="white",
+                       color="C1", ms=5, ls="none", label=f"{source} (one run per arm)")
             for r in pts:
-                ax.annotate(r["what"], (r["flops"], 100 * r["effect"]), textcoords="offset points", fontsize=6,
-                            xytext=(4, -9) if source.startswith("marin") else (4, 3))  # apart from the d12-d14 labels
-    ax.axhline(0, color="0.5", lw=0.6)
-    ax.set_xscale("log")
-    ax.set(xlabel="training FLOPs", ylabel="XSA's change in final loss (%)")
+                right.annotate(r["what"], (r["flops"], 100 * r["effect"]), textcoords="offset points", fontsize=6,
+                               xytext=(4, -9) if source.startswith("marin") else (4, 3))  # apart from d12-d14's
+    for ax, title in ((left, "this paper: CPU scale, val bpb"), (right, "published: GPU scale, each its own loss")):
+        ax.axhline(0, color="0.5", lw=0.6)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: a narrow span's minor labels collide
+        ax.set(xlabel="training FLOPs", title=title)
+    left.set_ylabel("XSA's change in final loss (%)")
     fig.legend(loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out_dir, name)
