@@ -291,7 +291,7 @@ def test_the_sink_study_once_complete_says_its_registered_outcome(tmp_path, keep
 @committed
 @pytest.mark.parametrize("effects, noise, reading, says", [
     ({"muon": -0.006, "adamw": -0.006}, 0.0002, "carries over", "XSA's result carries over from AdamW to Muon here"),
-    ({"muon": -0.006, "adamw": 0.004}, 0.0002, "differs", "XSA's gain differs between the optimizers"),
+    ({"muon": -0.006, "adamw": 0.004}, 0.0002, "larger under Muon", "XSA's gain differs between the optimizers, larger under Muon"),
     ({"muon": 0.0, "adamw": 0.0}, 0.02, "cannot tell", "CPU scale cannot tell whether XSA's gain depends on the optimizer")])
 def test_the_optimizer_study_once_complete_says_its_registered_readings(tmp_path, effects, noise, reading, says):
     """With every record the optimizer study declares (planted round by round), its book holds the registered

@@ -53,7 +53,7 @@ OUTCOMES = {
     # the x4 check's registered reading (results/scale-check/preregistration.md, "How the paper reads them")
     "selection": ("overstated", "holds"),
     # the optimizer study's registered reading of its interaction (results/optimizer/preregistration.md)
-    "carries": ("differs", "carries over", "cannot tell"),
+    "carries": ("larger under Muon", "larger under AdamW", "carries over", "cannot tell"),
     "progress": ("complete", "training"),
 }
 
@@ -200,15 +200,17 @@ def progress(key: str, done: int, declared: int, more: bool = False) -> Estimate
 
 
 def carries(key: str, e: Estimate) -> Estimate:
-    """The optimizer study's registered reading of XSA's effect under Muon minus under AdamW: differs where
-    decided (Holm), carries over where not decided and its interval lies within the seed paper's whole effect
-    either side, else cannot tell."""
+    """The optimizer study's registered reading of XSA's effect under Muon minus under AdamW: where decided
+    (Holm), XSA's gain differs, larger under Muon (a negative difference: a larger drop in loss) or under
+    AdamW; carries over where not decided and its interval lies within the seed paper's whole effect either
+    side; else cannot tell."""
     bound = abs(seed_paper_effect("d12"))
-    outcome = ("differs" if e.decided else "carries over" if e.ci.defined and -bound <= e.lo and e.hi <= bound
-               else "cannot tell")
-    return _verdict(key, "carries", outcome, "the optimizer study's registered reading of its interaction: differs "
-                    f"where decided after Holm; carries over where not decided and within +/-{100 * bound:.2f}% (the "
-                    "seed paper's whole d12 effect, the registration's yardstick); else cannot tell", e)
+    outcome = (("larger under Muon" if e.value < 0 else "larger under AdamW") if e.decided else
+               "carries over" if e.ci.defined and -bound <= e.lo and e.hi <= bound else "cannot tell")
+    return _verdict(key, "carries", outcome, "the optimizer study's registered reading of its interaction: where "
+                    "decided after Holm, larger under Muon (negative) or AdamW (positive); carries over where not "
+                    f"decided and within +/-{100 * bound:.2f}% (the seed paper's whole d12 effect, the registration's "
+                    "yardstick); else cannot tell", e)
 
 
 def registered(final: bool) -> Estimate:
