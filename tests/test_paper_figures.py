@@ -67,7 +67,7 @@ def test_the_studies_under_way_are_counted_from_their_records():
 def test_the_committed_paper_states_the_counts_its_estimates_hold():
     said = (REPO_ROOT / "paper" / "paper.md").read_text()
     sink = {e["key"]: e["value"] for e in json.loads((REPO_ROOT / "results/estimates/sink.json").read_text())["estimates"]}
-    assert f"{sink['runs_finished']} of the sink\nstudy's {sink['runs_declared']} runs" in said.replace("  ", " ")
+    assert f"{sink['runs_finished']} of the sink study's {sink['runs_declared']} runs" in " ".join(said.split())
 
 
 def _table(rows: int, n: int = 1) -> str:
