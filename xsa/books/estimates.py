@@ -112,6 +112,15 @@ def from_values(key, values, *, unit, metric, family, definition, runs=(), reaso
                     unit, metric, family, definition, tuple(runs), why, **extra)
 
 
+def summarised(key, d: dict, family: str, definition: str, *, unit="relative", metric="val_bpb", runs=(),
+               declared: int = 0) -> Estimate:
+    """An estimate of a study analysis's summary ({value, lo, hi, n, sd, p, p_holm}, as the factorial, sink
+    and optimizer analyses write them); without a value it says why."""
+    return Estimate(key, d.get("value"), d.get("lo"), d.get("hi"), d.get("n") or 0, d.get("sd"), d.get("p"),
+                    d.get("p_holm"), unit, metric, family, definition, tuple(runs),
+                    "" if d.get("value") is not None else "fewer than two pairs", declared=declared)
+
+
 def paired(key, runs, a, b, metric="val_bpb", seeds=None, family="", absolute=False, **extra) -> Estimate:
     """b minus a per seed in `metric` (relative to a where the metric table says so, unless `absolute`)."""
     pa, pb = per_seed(runs, a, metric, seeds), per_seed(runs, b, metric, seeds)

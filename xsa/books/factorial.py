@@ -18,7 +18,7 @@ from xsa.studies.factorial import d12 as D
 from xsa.studies.factorial.design import CELLS, CONTRASTS, RATES, factorial_study
 from xsa.studies.factorial.steps import condition_multiples
 from xsa.stack.presets import scaling_params
-from xsa.books.estimates import Estimate, fact, slug
+from xsa.books.estimates import Estimate, fact, slug, summarised
 from xsa.studies.factorial.models import compare
 from xsa.books.verdicts import axis, fit, model, registered
 from xsa.studies.kinds import xsa_pair
@@ -29,12 +29,6 @@ X4_SEEDS = range(210, 218)
 X4_PAIRS = {"x4_at_0_04": (0.04, 0.04), "x4_at_0_08": (0.08, 0.08), "x4_tuned": (0.08, 0.04)}
 
 
-def _estimate(key: str, e: dict, family: str, definition: str, declared: int = 0) -> Estimate:
-    return Estimate(key, e["value"], e["lo"], e["hi"], e.get("n") or 0, e.get("sd"), e.get("p"), e.get("p_holm"),
-                    family=family, definition=definition, declared=declared,
-                    reason="" if e["value"] is not None else "fewer than two pairs")
-
-
 def _cells(results: Path) -> dict[str, Estimate]:
     out = {}
     for name, e in A.cell_estimates(results).items():
@@ -42,9 +36,9 @@ def _cells(results: Path) -> dict[str, Estimate]:
         c = next(x for x in CELLS if x.name == cell)
         what = f"at matrix LR {lr}" if lr else f"the per-seed mean over matrix LRs {' and '.join(f'{r:g}' for r in RATES)}"
         key = slug(cell) + (f"_at_{slug(lr)}" if lr else "")
-        out[key] = _estimate(key, e, "primary (per cell)" if not lr else "descriptive",
-                             f"{cell} (`{c.preset}`): XSA minus baseline in final val bpb, relative, paired by seed, "
-                             f"{what}", declared=len(c.seeds))
+        out[key] = summarised(key, e, "primary (per cell)" if not lr else "descriptive",
+                              f"{cell} (`{c.preset}`): XSA minus baseline in final val bpb, relative, paired by seed, "
+                              f"{what}", declared=len(c.seeds))
     return out
 
 
@@ -55,8 +49,8 @@ def _contrasts(results: Path) -> dict[str, Estimate]:
         for key in (k.key, f"{k.key}_per_doubling"):
             if key in est:
                 per = " per doubling of steps" if key.endswith("per_doubling") else ""
-                out[key] = _estimate(key, est[key], "secondary (Holm over the four contrasts)",
-                                     f"{k.name}: {k.second}'s primary minus {k.first}'s, Welch's t{per}")
+                out[key] = summarised(key, est[key], "secondary (Holm over the four contrasts)",
+                                      f"{k.name}: {k.second}'s primary minus {k.first}'s, Welch's t{per}")
     return out
 
 
@@ -80,9 +74,9 @@ def _stability(key: str, st: dict, a, b) -> dict[str, Estimate]:
             f"`{arm.name}`: runs with at least one training-loss spike (of {len(runs)})", family="descriptive",
             runs=[r["run"] for r in runs])
     for mode, e in st["by_mode"].items():
-        out[f"{key}_effect_{mode}"] = _estimate(f"{key}_effect_{mode}", e, "descriptive",
-                                                f"XSA's relative effect on the seeds whose baseline ends {mode} "
-                                                f"(seeds {', '.join(map(str, e['seeds'])) or 'none'})")
+        out[f"{key}_effect_{mode}"] = summarised(f"{key}_effect_{mode}", e, "descriptive",
+                                                 f"XSA's relative effect on the seeds whose baseline ends {mode} "
+                                                 f"(seeds {', '.join(map(str, e['seeds'])) or 'none'})")
     return out
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.books.estimates import Estimate, fact, slug
+from xsa.books.estimates import Estimate, fact, slug, summarised
 from xsa.books.verdicts import carries, direction, progress
 from xsa.studies import optimizer_analysis as O
 from xsa.studies.optimizer import OPTIMIZERS, SELECTION_SEEDS
@@ -25,6 +25,7 @@ from xsa.studies.optimizer import OPTIMIZERS, SELECTION_SEEDS
 
 DIRECTIONS = ("adamw_tuned", "muon_tuned", "muon_common", "adamw_common",
               *(slug(f"sensitivity change {o} {p}") for o in OPTIMIZERS for p in SELECTION_SEEDS))
+SENSITIVITY = dict(unit="absolute", metric="lr_sensitivity")  # in bits per byte, not relative to a baseline
 # the verdicts its book holds once complete, by kind (xsa/books/verdicts.py: OUTCOMES); absent before
 VERDICT_KINDS = {**{f"{k}_direction": "direction" for k in DIRECTIONS}, "interaction_reading": "carries"}
 
@@ -45,32 +46,28 @@ def optimizer_book(results) -> dict[str, Estimate]:
     return book
 
 
-def _estimate(key: str, d: dict, unit: str, metric: str, family: str, definition: str) -> Estimate:
-    return Estimate(key, d.get("value"), d.get("lo"), d.get("hi"), d.get("n") or 0, sd=d.get("sd"), p=d.get("p"),
-                    p_holm=d.get("p_holm"), unit=unit, metric=metric, family=family, definition=definition)
-
-
 def endpoint_book(ours: dict) -> dict[str, Estimate]:
     """The registered endpoints and their verdicts, from the study's complete estimates (optimizer_book)."""
     fam, book = ours["family"], {}
     for k in ("adamw_tuned", "interaction", "muon_common", "adamw_common"):
-        book[k] = _estimate(k, fam[k], "relative", "val_bpb", "registered",
-                            f"optimizer study, {k}: XSA's relative effect on final val bpb, paired by seed (interaction: "
-                            "under Muon minus under AdamW, per seed), Holm over the registered family")
-    book["muon_tuned"] = _estimate("muon_tuned", ours["effects"]["muon_tuned"], "relative", "val_bpb", "registered",
-                                   "optimizer study: XSA's effect under Muon at tuned rates (the robust primary's "
-                                   "pairs), outside the family")
+        book[k] = summarised(k, fam[k], "registered",
+                             f"optimizer study, {k}: XSA's relative effect on final val bpb, paired by seed (interaction: "
+                             "under Muon minus under AdamW, per seed), Holm over the registered family")
+    book["muon_tuned"] = summarised("muon_tuned", ours["effects"]["muon_tuned"], "registered",
+                                    "optimizer study: XSA's effect under Muon at tuned rates (the robust primary's "
+                                    "pairs), outside the family")
     for opt in OPTIMIZERS:
         for preset in SELECTION_SEEDS:
             sens = ours["sensitivity"][f"{opt}/{preset}"]
             k = slug(f"sensitivity change {opt} {preset}")
-            book[k] = _estimate(k, fam[f"sensitivity_change/{opt}/{preset}"], "absolute", "lr_sensitivity",
-                                "registered", f"{opt} at {preset}: XSA's LR sensitivity minus the baseline's (Wortsman "
-                                "et al. 2023, bits per byte), seed-bootstrap interval, Holm over the family")
+            book[k] = summarised(k, fam[f"sensitivity_change/{opt}/{preset}"], "registered",
+                                 f"{opt} at {preset}: XSA's LR sensitivity minus the baseline's (Wortsman et al. 2023, "
+                                 "bits per byte), seed-bootstrap interval, Holm over the family", **SENSITIVITY)
             for arm in ("base", "xsa"):
                 ka = slug(f"sensitivity {opt} {preset} {arm}")
-                book[ka] = _estimate(ka, sens[arm], "absolute", "lr_sensitivity", "descriptive",
-                                     f"{opt} at {preset}: the {arm} arm's LR sensitivity, seed-bootstrap interval")
+                book[ka] = summarised(ka, sens[arm], "descriptive",
+                                      f"{opt} at {preset}: the {arm} arm's LR sensitivity, seed-bootstrap interval",
+                                      **SENSITIVITY)
     for k in DIRECTIONS:
         book[f"{k}_direction"] = direction(k, book[k])
     book["interaction_reading"] = carries("interaction_reading", book["interaction"])

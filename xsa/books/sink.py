@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xsa.books.estimates import Estimate, fact, slug
+from xsa.books.estimates import Estimate, fact, slug, summarised
 from xsa.books.verdicts import progress, sink
 from xsa.studies import sink_analysis as S
 from xsa.studies.factorial import analysis as A
@@ -51,11 +51,6 @@ def _runs(c, mechanisms) -> list[str]:
     return [arm.run(s).run_id for m in mechanisms for p in [c.pair(m)] for arm in (p.a, p.b) for s in c.seeds]
 
 
-def _estimate(key: str, d: dict, family: str, definition: str, runs) -> Estimate:
-    return Estimate(key, d["value"], d["lo"], d["hi"], d["n"], sd=d.get("sd"), p=d.get("p"), p_holm=d.get("holm_p"),
-                    unit="relative", metric="val_bpb", family=family, definition=definition, runs=tuple(runs))
-
-
 def decision_book(results: Path) -> dict[str, Estimate]:
     """The registered decision, read from every record of the study (sink_book calls it when complete)."""
     family, book = S.decision_family(results), {}
@@ -63,20 +58,21 @@ def decision_book(results: Path) -> dict[str, Estimate]:
     for m in TESTED:
         runs = [r for c in with_mechanism(m) for r in _runs(c, ("none", m))]
         for what, key in (("interaction", "interaction"), ("half gain", "half_gain")):
-            book[f"{m}_{key}"] = _estimate(f"{m}_{key}", family[f"{m}, pooled: {what}"], "decision",
-                                           f"{m}, pooled over its conditions: {what} (I = E_m - G; r = E_m - G/2), "
-                                           "per seed, one-sample t, Holm over the decision family", runs)
+            d = family[f"{m}, pooled: {what}"]  # its Holm p as the analysis names it
+            book[f"{m}_{key}"] = summarised(f"{m}_{key}", {**d, "p_holm": d["holm_p"]}, "decision",
+                                            f"{m}, pooled over its conditions: {what} (I = E_m - G; r = E_m - G/2), "
+                                            "per seed, one-sample t, Holm over the decision family", runs=runs)
         for side, of in (("without", "none"), ("with", m)):
             pooled = S.pooled(results, m, lambda r, c, _m, of=of: S.effect(r, c, of))
-            book[f"{m}_xsa_{side}"] = _estimate(
+            book[f"{m}_xsa_{side}"] = summarised(
                 f"{m}_xsa_{side}", A.summary(pooled.values()), "descriptive",
                 f"XSA's relative effect on val bpb {side} the {m} on both arms, each seed's mean over the conditions "
-                f"that cross the {m}", runs)
+                f"that cross the {m}", runs=runs)
         book[f"{m}_outcome"] = sink(f"{m}_outcome", outcomes[m]["outcome"], book[f"{m}_interaction"])
     for c in CONDITIONS:
         for m in c.mechanisms:
             key = slug(f"xsa {c.name} {m}")
-            book[key] = _estimate(key, A.summary(S.effect(results, c, m).values()), "descriptive",
-                                  f"{c.name} (matrix LR): XSA's relative effect on val bpb with mechanism {m} on both "
-                                  "arms, paired by seed", _runs(c, (m,)))
+            book[key] = summarised(key, A.summary(S.effect(results, c, m).values()), "descriptive",
+                                   f"{c.name} (matrix LR): XSA's relative effect on val bpb with mechanism {m} on both "
+                                   "arms, paired by seed", runs=_runs(c, (m,)))
     return book
