@@ -166,6 +166,25 @@ def test_the_paper_renders_from_the_committed_estimates_with_a_short_abstract():
     assert typed == [], f"numbers typed into the prose: {typed}"
 
 
+def test_an_interval_that_alone_excludes_zero_says_holm_does_not_hold_it():
+    """Wherever the committed paper's prose prints the interval of an estimate whose raw interval excludes zero
+    but whose Holm-adjusted p is 5% or more, its sentence says it is not significant after Holm's correction
+    (an interval alone read as a finding is the overreach a reader makes first). An estimate printed with the same
+numbers under another name says it too, or that it is in no Holm family (each arm at its better rate, chosen on the
+seeds it is estimated on, is both at XSA's rate here)."""
+    from xsa.report.writing import pct
+    prose = " ".join(line for line in (REPO_ROOT / "paper" / "paper.md").read_text().splitlines()
+                     if not line.lstrip().startswith("|"))  # tables carry their Holm p in a column of their own
+    sentences = re.split(r"(?<=[.;])\s+(?=[A-Z(])", re.sub(r"\s+", " ", prose))
+    unheld = {f"[{pct(e.lo)}, {pct(e.hi)}]": f"{f.stem}.{e.key}" for f in ESTIMATES.glob("*.json")
+              for e in read_estimates(f).values() if e.unit == "relative" and e.ci.defined
+              and e.p_holm is not None and e.p_holm >= 0.05 and e.ci.excludes(0.0)}
+    assert len(unheld) >= 4, unheld  # the check sees the estimates it is about
+    found = [f"{key}: {s[:120]}" for iv, key in unheld.items()
+             for s in sentences if iv in s and "significant after Holm" not in s and "in no Holm family" not in s]
+    assert found == [], "intervals printed without their Holm reading:\n" + "\n".join(found)
+
+
 def test_the_run_table_lists_every_run_folder():
     """results/tables/runs.csv lists every run folder under results/runs that git holds (the factorial's
     included), each once."""
@@ -368,6 +387,22 @@ def test_every_caption_is_on_its_table_or_figures_page():
     assert captions, "no figure caption found"
     apart = [p for p in set(captions) if images.count(p) < captions.count(p)]
     assert apart == [], f"pages with a figure's caption and not its figure: {apart}"
+
+
+@needs_pdf
+def test_no_table_runs_off_the_page():
+    """Every table's caption is printed whole in the PDF: a table wider than the page is cut at its edge, and its
+    caption (set at the table's width) with it, so a cut caption is a table cut (Table A9 once lost its last
+    column and the end of every caption line)."""
+    import subprocess
+    md = (REPO_ROOT / "paper" / "paper.md").read_text()
+    norm = lambda t: re.sub(r"[\s\u00ad]+", "", t.replace("\u2011", "-").replace("\u2019", "'"))
+    pdf = norm(subprocess.run(["pdftotext", str(PDF), "-"], capture_output=True, text=True).stdout)
+    captions = re.findall(r"\*\*(Table A?\d+\.)\*\* (.+)", md)
+    assert len(captions) >= 8, captions
+    cut = [name for name, caption in captions
+           if norm(name + re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", re.sub(r"[*`]", "", caption))) not in pdf]
+    assert cut == [], f"tables cut at the page's edge: {cut}"
 
 
 @needs_pdf

@@ -77,9 +77,10 @@ def test_the_fit_recovers_the_made_up_slopes_and_the_family_is_holm_adjusted(res
     assert est["T=512"]["n"] == 6 and est["T=256"]["seq_len"] == 256
     book = scale_book(results, est)
     assert book["fit_intercept"].value == pytest.approx(est["fit"]["beta"][0])  # the figure's line, from the estimates
-    png = fig_scale(book, tmp_path, -0.0032)
+    png = fig_scale(book, tmp_path)
     assert png.exists() and (tmp_path / "scale.svg").exists()
-    assert "d12 (10.5" not in (tmp_path / "scale.svg").read_text()  # no point drawn on an axis it is not on
+    svg = (tmp_path / "scale.svg").read_text()
+    assert "d12 (10.5" not in svg and "seed paper" not in svg  # nothing of d12 drawn on axes it is not on
 
 
 def test_the_estimates_file_binds_each_level_to_its_runs_and_counts_only_the_studys_own(results):
@@ -155,7 +156,7 @@ def test_the_papers_section_states_the_prediction_once_the_model_fits(results):
     # the gate: what it learned at both places, and its verdict against fixed alpha = 1 (made up: it keeps half
     # of XSA's gain, so learning it raises the loss); the first study's shape with its verdict
     assert "The learnable gate" in section and "With one head of 64 the gates learned a strength of" in section
-    assert "With eight heads at width 128" in section and "learning the\ngate raises the loss" in section
+    assert "With eight heads at width 128" in section and "learning it raises the loss" in section
     assert "The first study's shape" in section
     assert ("table", "scale_gates") not in blocks  # tables are markdown blocks; the gate table is in the appendix
 
@@ -241,7 +242,7 @@ def test_the_x4_check_pairs_each_arm_at_both_rates_and_refits_with_x4_at_the_com
     assert book["check_prediction_d12"].value != book["prediction_d12"].value  # the refit moved with x4
     assert "length x4" in book["check_prediction_d12"].definition
     # the figure draws the check beside the x4 level, named in its legend
-    fig_scale(book, tmp_path, -0.0032)
+    fig_scale(book, tmp_path)
     assert "both arms at XSA&#39;s rate (the check)" in (tmp_path / "scale.svg").read_text() or \
         "both arms at XSA's rate (the check)" in (tmp_path / "scale.svg").read_text()
 

@@ -136,11 +136,11 @@ def scale_verdicts(book: dict, seed_effect: float) -> dict[str, Estimate]:
     """The scale study's verdicts (and its x4 check's), as §4 and Appendix C state them, from its book;
     the model's only once it can fit. `seed_effect`: the seed paper's d12 effect the text compares with."""
     out = {}
-    for key in ("length_x1_3", "gate_at_width_64", "gate_at_8_heads",
-                "width_256_128_steps", "width_256_length"):
+    for key in ("length_x1_3", "gate_at_width_64", "gate_at_8_heads", "width_256_128_steps", "width_256_length",
+                "check_common_xsa_rate", "check_common_base_rate"):
         out[f"{key}_direction"] = direction(key, book[key])
     out["check_selection"] = selection("check_selection", book["check_base_rates"])
-    for key in ("slope_tokens", "heads_slope_w128"):
+    for key in ("slope_tokens", "slope_heads", "heads_slope_w128"):
         if key in book:
             out[f"{key}_trend"] = trend(key, book[key])
     if "model_heterogeneity_p" in book:

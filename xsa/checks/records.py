@@ -41,8 +41,11 @@ def load_runs(results_dir, run_ids=None) -> list[dict]:
     return [load_run(d) for d in sorted(dirs) if (d / "config.json").exists()]
 
 
-def load_throughput(results_dir) -> dict:
-    return {p.stem: read_json(p) for p in sorted((Path(results_dir) / "throughput").glob("*.json"))}
+def load_throughput(results_dir, presets=None) -> dict:
+    """The throughput records by name; with `presets`, those presets' own, eager (<preset>.json) and compiled
+    (<preset>_compiled.json), and never another arm's measurement (attn_gate_<preset>_compiled.json)."""
+    paths = sorted((Path(results_dir) / "throughput").glob("*.json"))
+    return {p.stem: read_json(p) for p in paths if presets is None or p.stem.removesuffix("_compiled") in presets}
 
 
 def _scalar(x):

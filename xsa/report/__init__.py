@@ -155,7 +155,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     every = load_runs(results_dir, [r.run_id for r in study.runs if r.run_id not in leave_out])
     # the runs every estimate is made on: seeds below estimate_from only select (an LR) and are never reused
     runs = [r for r in every if r["spec"].seed >= study.estimate_from]
-    tp = {p: t for p, t in load_throughput(results_dir).items() if p in study.presets()}
+    tp = load_throughput(results_dir, study.presets())
     out_dir = Path(out_dir) if out_dir else results_dir
     tables_dir, figures_dir = out_dir / "tables", out_dir / "figures"
     main_arms = [a.name for p in study.main for a in p.arms()]
@@ -210,7 +210,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     # (a run of a final study left out, deleted or unfinished) stops the build here, not half-written
     refuse_unwhole(study, estimates, results_dir, leave_out)
     # the scale study's figures, and the paper's across studies (the primary seed by seed, the factorial, ...)
-    figures_scale = ({**scale_figures(study, estimates[study.prediction], across, figures_dir),
+    figures_scale = ({**scale_figures(estimates[study.prediction], across, figures_dir),
                       **paper_figures(results_dir, estimates, tables, figures_dir)} if study.prediction else {})
     for name, est in estimates.items():
         write_estimates(est, results_dir / "estimates", name)

@@ -76,13 +76,13 @@ def _learning(results: Path, primary) -> dict:
     if primary is not None and primary.runs:
         runs = load_runs(results, list(primary.runs))
         p = learning_panel(runs, *_arms(primary.runs))
-        panels[f"w64, 384 steps, tuned (n = {p['n']})"] = p
+        panels[f"w64, 384 steps\ntuned (n = {p['n']})"] = p
     for c in CELLS:
         if "long" in c.name:
             pair = c.pair(LONG_RATE)
             ids = [arm.run(s).run_id for arm in pair.arms() for s in c.seeds]
             p = learning_panel(load_runs(results, ids), pair.a.name, pair.b.name)
-            panels[f"{c.name.split()[0]}, 1,097 steps, LR {LONG_RATE:g} (n = {p['n']})"] = p
+            panels[f"{c.name.split()[0]}, 1,097 steps\nLR {LONG_RATE:g} (n = {p['n']})"] = p
     return panels
 
 

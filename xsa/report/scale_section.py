@@ -33,10 +33,10 @@ def _log2(x: float) -> float:
 
 
 
-def _axis(ax, points, line, fixed, xlabel, seed_effect, xlim):
-    """One panel: the levels (x, Estimate) with their intervals, the fitted line along one axis (the
-    others fixed; `line` its intercept and slopes, None before the model can fit), the seed paper's d12
-    effect as a dashed line."""
+def _axis(ax, points, line, fixed, xlabel, xlim):
+    """One panel: the levels (x, Estimate) with their intervals and the fitted line along one axis (the
+    others fixed; `line` its intercept and slopes, None before the model can fit). The seed paper's d12
+    effect is not drawn: on an axis of tokens per parameter or heads it would read as a size to compare with."""
     for x, e in points:
         if e.value is not None:
             err = None if e.lo is None else [[e.value - e.lo], [e.hi - e.value]]
@@ -46,7 +46,6 @@ def _axis(ax, points, line, fixed, xlabel, seed_effect, xlim):
         b0, b1, b2 = line
         ys = [b0 + b1 * _log2(fixed(x)[0]) + b2 * _log2(fixed(x)[1]) for x in xlim]
         ax.plot(list(xlim), [100 * y for y in ys], color="C0", lw=0.9, alpha=0.6, label="model (other axes fixed)")
-    ax.axhline(100 * seed_effect, color="C3", ls="--", lw=0.9, label="seed paper, d12 (one run)")
     ax.axhline(0, color="0.5", lw=0.6)
     ax.set_xscale("log", base=2)
     ax.set_xlim(*xlim)
@@ -54,7 +53,7 @@ def _axis(ax, points, line, fixed, xlabel, seed_effect, xlim):
 
 
 
-def fig_scale(book: dict, out_dir, seed_effect: float, name: str = "scale"):
+def fig_scale(book: dict, out_dir, name: str = "scale"):
     """XSA's effect against tokens per parameter (one head of 64) and against heads (width 128), each
     level with its 95% interval and the model along that axis, from the study's estimates; the x4
     check's effect at a common rate beside the x4 level (hollow, nudged right). The fit's d12 and d24
@@ -67,16 +66,16 @@ def fig_scale(book: dict, out_dir, seed_effect: float, name: str = "scale"):
             if book.get("fit_intercept") is not None else None)
     tpp = {x: book[f"tokens_per_param_{slug(x)}"].value for x in LENGTH_LEVELS}
     _axis(left, [(tpp[x], book[slug(n)]) for x, n in LENGTH_LEVELS.items()], line, lambda x: (1, x),
-          "tokens per scaling parameter (1 head of 64, T = 512)", seed_effect, (0.7, 20))
+          "tokens per scaling parameter (1 head of 64, T = 512)", (0.7, 20))
     check = book.get("check_common_xsa_rate")
     if check is not None and check.n >= 2:
         left.errorbar(1.15 * tpp["x4"], 100 * check.value,
                       yerr=[[100 * (check.value - check.lo)], [100 * (check.hi - check.value)]], fmt="o", mfc="white",
                       color="C0", ms=4.5, capsize=2.5, lw=1.1, label="x4, both arms at XSA's rate (the check)")
     _axis(right, [(h, book[slug(n)]) for h, n in HEADS_LEVELS.items()], line, lambda x: (x, 1.2),
-          "heads at width 128 (T = 512)", seed_effect, (0.7, 20))
+          "heads at width 128 (T = 512)", (0.7, 20))
     left.set_ylabel("XSA's change in final val bpb (%)")
-    entries = {}  # a label both panels carry (the model, the seed paper) listed once
+    entries = {}  # a label both panels carry (the model) listed once
     for ax in (right, left):
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
@@ -131,13 +130,13 @@ def scale_parts(study, results_dir, leave_out=()):
 
 
 
-def scale_figures(study, book, across, figures_dir) -> dict:
+def scale_figures(book, across, figures_dir) -> dict:
     """The scale figure (None before its model can fit) and the cross-scale figure (xsa/report/crossscale.py),
     drawn from the numbers as the estimates file holds them (10 decimals, read back as plain floats), not
     from this machine's last bits of the fit (its LAPACK and libm differ between CPUs): the same pixels
     on any host."""
     book, across = as_read(book), [_fixed(r) for r in across]
-    return {"scale": fig_scale(book, figures_dir, study.seed_effect(study.primary), "scale")
+    return {"scale": fig_scale(book, figures_dir, "scale")
             if "fit_intercept" in book else None, "cross_scale": fig_cross_scale(across, figures_dir)}
 
 
@@ -158,7 +157,7 @@ def _fixed(row: dict) -> dict:
 def scale_section(study, results_dir, figures_dir, leave_out=()):
     """scale_parts with its figures drawn: (book, tables, figures)."""
     book, tables, across = scale_parts(study, results_dir, leave_out)
-    return book, tables, scale_figures(study, book, across, figures_dir)
+    return book, tables, scale_figures(book, across, figures_dir)
 
 
 
