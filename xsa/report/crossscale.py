@@ -127,6 +127,7 @@ def fig_cross_scale(rows: list[dict], out_dir, name: str = "cross_scale"):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: a narrow span's minor labels collide
         ax.set(xlabel="training FLOPs", title=title)
+    right.margins(x=0.12, y=0.18)  # room for each marker's label inside the frame
     left.set_ylabel("XSA's change in final loss (%)")
     fig.legend(loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out_dir, name)

@@ -329,7 +329,7 @@ def fig_factorial(cells: list[str], rates: list, est: dict, out_dir, name: str, 
             if e is not None:
                 _point(left, i + 0.18 * (k - 1), 100 * e.value, _scaled(e.ci, 100), e.n, "C3" if k == 2 else f"C{k}",
                        label=label if i == 0 else None)
-    for k, (mode, color) in enumerate((("sharp", "C4"), ("diffuse", "C0"))):
+    for k, (mode, color) in enumerate((("sharp", "C4"), ("diffuse", "C2"))):  # not the left panel's colours
         first = True
         for i, c in enumerate(cells):
             for m, (_, key) in enumerate(series):
@@ -340,7 +340,7 @@ def fig_factorial(cells: list[str], rates: list, est: dict, out_dir, name: str, 
                     first = False
     for ax, title in ((left, "XSA's effect per cell"), (right, "within the baseline's mode (left: 0.04, right: 0.08)")):
         ax.axhline(0, color="gray", lw=0.8)
-        ax.set_xticks(range(len(cells)), cells)
+        ax.set_xticks(range(len(cells)), [c.replace(" ", "\n") for c in cells])  # "w128 long" on two lines: apart
         ax.set(title=title)
     left.set_ylabel("val bpb: XSA - baseline (%)")
     left.set_ylim(*ylim)
