@@ -304,7 +304,7 @@ def with_sds(rows: list[dict], book: dict[str, Estimate]) -> list[dict]:
 EXTRAPOLATIONS = (
     ("scale", "prediction_d12", "scale study: heads, tokens per parameter, context", "d12", "all-layer conditions, tuned rates"),
     ("scale", "prediction_d24", "scale study: heads, tokens per parameter, context", "d24", "all-layer conditions, tuned rates"),
-    ("scale", "check_prediction_d12", "scale study, refitted", "d12", "x4 level at the common rate"),
+    ("scale", "check_prediction_d12", "scale study, refitted", "d12", "all-layer conditions, x4 at XSA's rate"),
     *(("factorial", f"d12_conditional_{slug(name)}", f"factorial: {name}", "d12", "four cells and x4, two-rate mean")
       for name in FM.CANDIDATES),
 )
