@@ -170,8 +170,8 @@ def test_an_interval_that_alone_excludes_zero_says_holm_does_not_hold_it():
     """Wherever the committed paper's prose prints the interval of an estimate whose raw interval excludes zero
     but whose Holm-adjusted p is 5% or more, its sentence says it is not significant after Holm's correction
     (an interval alone read as a finding is the overreach a reader makes first). An estimate printed with the same
-numbers under another name says it too, or that it is in no Holm family (each arm at its better rate, chosen on the
-seeds it is estimated on, is both at XSA's rate here)."""
+    numbers under another name says it too, or that it is in no Holm family (each arm at its better rate, chosen on
+    the seeds it is estimated on, is both at XSA's rate here)."""
     from xsa.report.writing import pct
     prose = " ".join(line for line in (REPO_ROOT / "paper" / "paper.md").read_text().splitlines()
                      if not line.lstrip().startswith("|"))  # tables carry their Holm p in a column of their own
