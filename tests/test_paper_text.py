@@ -121,6 +121,12 @@ def test_large_percentages_keep_two_significant_digits():
     assert pct(-0.0000312) == "-0.003%" and pct(0.0000049) == "+0.0005%" and pct(0.0) == "+0.00%"
 
 
+def test_an_interval_reads_at_one_precision():
+    from xsa.report.writing import pct_interval
+    assert pct_interval(-0.11036, 0.0804) == "[-11.04%, +8.04%]"
+    assert pct_interval(1.9337, 3.4001) == "[+190%, +340%]" and pct_interval(-0.0078, -0.0043) == "[-0.78%, -0.43%]"
+
+
 ESTIMATES = REPO_ROOT / "results" / "estimates"
 
 
@@ -172,11 +178,11 @@ def test_an_interval_that_alone_excludes_zero_says_holm_does_not_hold_it():
     (an interval alone read as a finding is the overreach a reader makes first). An estimate printed with the same
     numbers under another name says it too, or that it is in no Holm family (each arm at its better rate, chosen on
     the seeds it is estimated on, is both at XSA's rate here)."""
-    from xsa.report.writing import pct
+    from xsa.report.writing import pct_interval
     prose = " ".join(line for line in (REPO_ROOT / "paper" / "paper.md").read_text().splitlines()
                      if not line.lstrip().startswith("|"))  # tables carry their Holm p in a column of their own
     sentences = re.split(r"(?<=[.;])\s+(?=[A-Z(])", re.sub(r"\s+", " ", prose))
-    unheld = {f"[{pct(e.lo)}, {pct(e.hi)}]": f"{f.stem}.{e.key}" for f in ESTIMATES.glob("*.json")
+    unheld = {pct_interval(e.lo, e.hi): f"{f.stem}.{e.key}" for f in ESTIMATES.glob("*.json")
               for e in read_estimates(f).values() if e.unit == "relative" and e.ci.defined
               and e.p_holm is not None and e.p_holm >= 0.05 and e.ci.excludes(0.0)}
     assert len(unheld) >= 4, unheld  # the check sees the estimates it is about

@@ -475,3 +475,19 @@ def test_committed_tables_are_read_from_the_committed_estimates(tmp_path):
     est[k] = __import__("dataclasses").replace(est[k], value=est[k].value + 1.0)
     write_table(effects_table(est, effect_pairs(study), contrasts, scored=study.scores), tmp_path, "effects")
     assert (tmp_path / "effects.csv").read_bytes() != (REPO_ROOT / "results" / "tables" / "effects.csv").read_bytes()
+
+
+@pytest.mark.parametrize("lo, hi, p_holm, verdict", [
+    (0.01, 0.03, 0.01, "contradicted"),   # decided above zero: less stable
+    (0.01, 0.03, 0.2, "supported"),       # above zero, but not after Holm's correction: not decided
+    (-0.01, 0.03, None, "supported"),     # includes zero
+    (-0.03, -0.01, 0.01, "supported")])   # decided below: more stable
+def test_a_claim_of_no_harm_is_contradicted_only_where_decided_above_zero(lo, hi, p_holm, verdict):
+    """The optimizer study's registered reading of the seed paper's stability claim: stable unless XSA's
+    change of the LR sensitivity is decided above zero."""
+    from xsa.books.estimates import Estimate
+    from xsa.report.claims import judge
+    from xsa.studies.kinds import Claim
+    c = Claim("stable", "theirs", "", "lr_sensitivity", "lower", key="optimizer.x", rule="not higher")
+    assert judge(c, Estimate("x", (lo + hi) / 2, lo, hi, n=3, p_holm=p_holm)) == verdict
+    assert judge(c, Estimate("x", None)) == "cannot decide"

@@ -307,8 +307,18 @@ def test_the_optimizer_study_once_complete_says_its_registered_readings(tmp_path
     book = {name: _Reads(est, read=read, study=name) for name, est in {**_book(), "optimizer": book_o}.items()}
     said = " ".join(" ".join(c for kind, c in _render(book) if kind == "markdown").split())
     assert says in said and "Beyond AdamW." in said and "(interim, no estimate read from them)" not in said
-    adamw = {"lowers": "XSA lowers final val bpb under AdamW", "raises": "XSA raises it under AdamW",
+    adamw = {"lowers": "XSA lowers final val bpb under AdamW", "raises": "XSA raises final val bpb under AdamW",
              "does not measurably change": "no effect is detected under AdamW"}[book_o["adamw_tuned_direction"].verdict]
     assert adamw in said
     verdicts = {f"optimizer.{k}" for k, e in book_o.items() if e.family == "verdict"}
     assert verdicts <= read, sorted(verdicts - read)
+    # the claims table states the title's claims with this study's registered readings
+    from xsa.report.claims import claims_table
+    rows = {r["key"]: r for r in claims_table(get_study("default"), {**_book(), "optimizer": book_o})}
+    carries = {"carries over": "supported", "cannot tell": "not decided"}.get(reading, "contradicted")
+    assert rows["optimizer.interaction"]["verdict"] == carries
+    for w in ("cpu_w64_d4", "cpu_w128_d4"):
+        e = book_o[f"sensitivity_change_muon_{w}"]
+        stable = "contradicted" if e.decided and e.value > 0 else "supported"
+        assert rows[f"optimizer.sensitivity_change_muon_{w}"]["verdict"] == stable
+        assert rows[f"optimizer.sensitivity_change_muon_{w}"]["their_scale"] == "not tested"

@@ -68,7 +68,32 @@ def endpoint_book(ours: dict) -> dict[str, Estimate]:
                 book[ka] = summarised(ka, sens[arm], "descriptive",
                                       f"{opt} at {preset}: the {arm} arm's LR sensitivity, seed-bootstrap interval",
                                       **SENSITIVITY)
+    book.update(instability_book(ours["grids"]))
     for k in DIRECTIONS:
         book[f"{k}_direction"] = direction(k, book[k])
     book["interaction_reading"] = carries("interaction_reading", book["interaction"])
+    return book
+
+
+def instability_book(grids: dict) -> dict[str, Estimate]:
+    """The registration's descriptive endpoint 5 over every grid, per arm: the runs that diverged or spiked, the
+    grid points at which one arm diverged and the other did not, and the largest attention logit and output-logit
+    RMS at a run's end (Table optimizer_grid gives them per grid point)."""
+    book, points = {}, {}
+    for name, rows in grids.items():
+        preset, opt, arm = name.split("/")
+        for r in rows:
+            points.setdefault((preset, opt, r["lr"]), {})[arm] = r["diverged"] > 0
+    apart = sum(len(set(p.values())) > 1 for p in points.values())
+    book["diverged_one_arm"] = fact("diverged_one_arm", apart, "grid points", "grid points (width, optimizer, "
+                                    "rate) at which one arm has a diverged run and the other none", "descriptive")
+    for arm in ("base", "xsa"):
+        rows = [r for name, g in grids.items() if name.endswith(f"/{arm}") for r in g]
+        book[f"spiky_{arm}"] = fact(f"spiky_{arm}", sum(r["spiky"] for r in rows), "runs",
+                                    f"the {arm} arm's grid runs with a train-loss spike (the factorial's rule)",
+                                    "descriptive")
+        for k, what in (("attn_logit_max_end", "pre-softmax attention logit"), ("logit_rms_end", "output-logit RMS")):
+            vals = [r[k] for r in rows if r[k] is not None]
+            book[f"{k}_{arm}"] = fact(f"{k}_{arm}", max(vals) if vals else None, "logit",
+                                      f"the largest {what} at a run's end over the {arm} arm's grid runs", "descriptive")
     return book

@@ -52,8 +52,10 @@ from xsa.checks.records import complete, curve, load_run, load_runs, load_throug
 from xsa.books.effects import (DIAG_EFFECT_KEYS, DIAG_KEYS, common_seeds, contrast_name, effect_pairs, gap_curves, key,
                                  lr_checks, shown_effects, versus_name)
 from xsa.report.tables import (SWEEP_LABELS, arms_table, compute_table, core_tasks_table, diagnostics_effects_table,
-                               diagnostics_table, effects_table, fmt, gpu_table, main_table, power_table, setup_table,
-                               task_effects_table, throughput_table, to_markdown, write_table, every_run_table)
+                               diagnostics_table, effects_table, fmt, gpu_table, main_table, optimizer_grid_table,
+                               power_table, setup_table, task_effects_table, throughput_table, to_markdown, write_table,
+                               every_run_table)
+from xsa.studies import optimizer_analysis
 
 __all__ = ["build", "validate", "check_records", "RecordError", "show_table", "show_figure", "load_run", "load_runs", "metric",
            "to_markdown", "write_table", "fig_curves", "compute_table"]
@@ -201,7 +203,7 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
         estimates[study.prediction], scale_tables, across = scale_parts(study, results_dir, leave_out)
         estimates.update(later_books(results_dir))  # the factorial, sink and optimizer studies, as far as trained
         tables["factorial"] = with_sds(factorial_table(estimates["factorial"]), estimates["factorial"])
-        tables.update(scale_tables)
+        tables.update(scale_tables, optimizer_grid=optimizer_grid_table(optimizer_analysis.estimates(results_dir)))
         done = [(name, load_runs(results_dir, list(estimates[study.prediction][key].runs)))  # its runs so far
                 for name, key in ((study.prediction, "runs_done"), *((c.name, f"{c.key}_runs_done") for c in CHECKS))]
         tables["runs"] = tables["runs"] + every_run_table(done)

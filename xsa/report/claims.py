@@ -13,6 +13,13 @@ arms at one rate, or a one-thread CPU timing). At the seed paper's own scale a c
 until the GPU study has a record of it: a CPU-scale measurement neither supports nor contradicts a
 d12 or d24 claim, and a CPU timing says nothing of GPU overhead.
 
+A claim another study's registration judges (Claim.key: the optimizer study's) is read by that
+registration's rule (Claim.rule): "not higher", a claim of no harm such as stable training, is
+contradicted only where the estimate is decided above zero ("stable means not decided above zero",
+results/optimizer/preregistration.md); "carries", whether XSA's gain carries over between optimizers,
+by the interaction's registered reading (carries over: supported; larger under either optimizer:
+contradicted; cannot tell: not decided).
+
 Relative metrics are judged in percent of the seed's own baseline; CORE, whose values sit near zero
 at small scale, in absolute points (xsa/checks/metrics.py says which).
 """
@@ -25,6 +32,8 @@ from xsa.report.writing import verdict_of
 
 def claim_key(claim, study, estimates: dict) -> str:
     """The key (study.key) of the estimate a claim is judged by."""
+    if claim.key:
+        return claim.key
     if claim.metric == "overhead":
         return f"{study.name}.{slug('overhead ' + study.comparison(claim.comparison).a.preset)}"
     if claim.comparison == study.primary and claim.metric == "val_bpb" and study.robustness in estimates \
@@ -47,17 +56,37 @@ def claims_table(study, estimates: dict) -> list[dict]:
         if c.metric == "overhead":  # the claim is of GPU time: a CPU timing is shown beside it, never graded
             verdict = "not graded (CPU timing)"
         else:
-            verdict = verdict_of(e, c.expect)
+            verdict = judge(c, e, estimates.get(name, {}).get(f"{k}_reading"))
         rows.append(dict(claim=c.text, theirs=c.theirs, key=key, metric=c.metric, unit=e.unit, estimate=e.value,
                          ci95=e.ci, n=e.n, verdict=verdict, definition=e.definition, basis=basis(c, key, study),
                          their_scale=their_scale(c, estimates)))
     return rows
 
 
+# the interaction's registered readings (xsa/books/verdicts.py: OUTCOMES["carries"]) as claim verdicts
+CARRIES = {"carries over": "supported", "larger under Muon": "contradicted", "larger under AdamW": "contradicted",
+           "cannot tell": "not decided"}
+
+
+def judge(claim, e, reading=None) -> str:
+    """The claim's verdict at CPU scale, by its rule (the module's docstring)."""
+    if claim.rule == "carries":
+        return CARRIES[reading.verdict] if reading is not None else "cannot decide"
+    if claim.rule == "not higher":
+        if e.value is None:
+            return "cannot decide"
+        return "contradicted" if e.decided and e.value > 0 else "supported"
+    return verdict_of(e, claim.expect)
+
+
 def basis(claim, key: str, study) -> str:
     """What the CPU-scale verdict rests on."""
     if claim.metric == "overhead":
         return "1-thread CPU timing"
+    if claim.rule == "not higher":
+        return "learning-rate sweep; stable unless decided above zero (registered)"
+    if claim.rule == "carries":
+        return "tuned rates under both optimizers"
     if study.robustness and key.startswith(study.robustness + "."):
         return "tuned rates"
     lrs = {a.get("matrix_lr") for a in study.comparison(claim.comparison).arms()}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from xsa.checks.metrics import METRICS, main_metrics, relative
 from xsa.report.tables import fmt
-from xsa.report.writing import pct
+from xsa.report.writing import pct, pct_interval
 from xsa.base.records import DIAGNOSTIC_METRICS
 from xsa.base.stats import Interval
 
@@ -130,6 +130,16 @@ COLUMNS = {
     "extrapolation": Column("model"),
     "at": Column("at", whole=True),
     "fitted_on": Column("fitted on"),
+    "optimizer": Column("optimizer"),
+    "rate": Column("matrix LR", whole=True),
+    "val_bpb_base": Column("val bpb base", digits=4),
+    "val_bpb_xsa": Column("val bpb XSA", digits=4),
+    "diverged": Column("diverged b / X"),
+    "spiky": Column("spiky b / X"),
+    "attn_logit_max_end_base": Column("max attn logit base", digits=1),
+    "attn_logit_max_end_xsa": Column("max attn logit XSA", digits=1),
+    "logit_rms_end_base": Column("logit RMS base", digits=2),
+    "logit_rms_end_xsa": Column("logit RMS XSA", digits=2),
 }
 # the columns each table shows in the paper (the main table's: display)
 DISPLAY = {
@@ -153,6 +163,8 @@ DISPLAY = {
     "scale": ["level", "n", "declared", "rel", "rel_ci95", "p_holm", "status", "first_record"],
     "scale_gates": ["level", "layer", "head", "n", "value", "ci"],
     "extrapolations": ["extrapolation", "at", "fitted_on", "rel", "rel_ci95"],
+    "optimizer_grid": ["preset", "optimizer", "rate", "n", "val_bpb_base", "val_bpb_xsa", "selected", "diverged", "spiky",
+                       "attn_logit_max_end_base", "attn_logit_max_end_xsa", "logit_rms_end_base", "logit_rms_end_xsa"],
     "factorial": ["cell", "matrix_lr", "steps", "tokens_per_param", "n", "rel", "rel_ci95", "steps_multiple",
                   "steps_multiple_ci95", "sd_base", "sd_xsa", "variance_ratio", "spiky_base", "spiky_xsa"],
 }
@@ -191,7 +203,7 @@ def headers(names) -> dict:
 
 def _percent(value, signed: bool = True):
     if isinstance(value, Interval):
-        return "n/a" if not value.defined else f"[{pct(value.lo)}, {pct(value.hi)}]"
+        return "n/a" if not value.defined else pct_interval(value.lo, value.hi)
     return value if not isinstance(value, float) else pct(value, signed)
 
 

@@ -331,3 +331,30 @@ def gpu_table(runs, study, est) -> list[dict]:
     recipes = {p.name: p.a.config().recipe for p in study.main}
     return [{**r, "recipe": recipes[r["scale"]]} for r in main_table(runs, study.main, est)
             if r["source"] == "ours" and r["n"] > 0]
+
+
+def optimizer_grid_table(ours: dict) -> list[dict]:
+    """The optimizer study's grids as its analysis reads them (xsa/studies/optimizer_analysis.py: estimates),
+    one row per width, optimizer and rate, both arms side by side: the mean over the selection seeds of each
+    run's min(final, initial) val bpb, which arm selected the rate, the diverged and spiky runs (baseline /
+    XSA), and the largest pre-softmax attention logit and output-logit RMS over the runs and layers, at the
+    runs' ends and at their largest spikes (descriptive; the registration's endpoint 5)."""
+    rows = {}
+    for name, grid in ours["grids"].items():
+        preset, opt, arm = name.split("/")
+        chosen = ours["selections"][name]["selected"]
+        for g in grid:
+            row = rows.setdefault((preset, opt, g["lr"]), dict(preset=preset, optimizer=opt, lr=g["lr"], rate=f"{g['lr']:g}",
+                                                               n=g["n"]))
+            row["n"] = min(row["n"], g["n"])
+            row[f"val_bpb_{arm}"] = g["mean"]
+            row["selected"] = " and ".join(filter(None, (row.get("selected"), arm.replace("xsa", "XSA")
+                                                         if chosen == g["lr"] else "")))
+            for k in ("diverged", "spiky", "not_logged", "attn_logit_max_end", "attn_logit_max_at_spike",
+                      "logit_rms_end", "logit_rms_at_spike"):
+                row[f"{k}_{arm}"] = g[k]
+    for row in rows.values():
+        for k in ("diverged", "spiky"):
+            row[k] = f"{row.get(f'{k}_base', '-')} / {row.get(f'{k}_xsa', '-')}"
+    order = list(dict.fromkeys(k[:2] for k in rows))  # the analysis's order of widths and optimizers
+    return [rows[k] for k in sorted(rows, key=lambda k: (order.index(k[:2]), k[2]))]

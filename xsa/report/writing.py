@@ -57,8 +57,16 @@ def pct(x, signed: bool = True) -> str:
     return f"{v:{sign}.2f}%"
 
 
+def pct_interval(lo: float, hi: float) -> str:
+    """'[-0.78%, -0.43%]'; an interval with one end below 10% and one above keeps two decimals at both
+    ('[-11.04%, +8.04%]', not '[-11%, +8.04%]'), so its ends read at one precision."""
+    if min(abs(lo), abs(hi)) < 0.1 <= max(abs(lo), abs(hi)):
+        return f"[{100 * lo:+.2f}%, {100 * hi:+.2f}%]"
+    return f"[{pct(lo)}, {pct(hi)}]"
+
+
 def pct_ci(e: Estimate) -> str:
-    return "(no interval)" if not e.ci.defined else f"[{pct(e.lo)}, {pct(e.hi)}]"
+    return "(no interval)" if not e.ci.defined else pct_interval(e.lo, e.hi)
 
 
 def est(e: Estimate, n: bool = True, holm: bool = False) -> str:

@@ -92,6 +92,8 @@ class Claim:
     expect: the direction the seed paper reports ("lower" or "higher" than `threshold`).
     metric: a run metric (val_bpb, core, chatcore, diag_mass), or "overhead" (the throughput
     benchmark at the comparison's preset).
+    key: where another study's registered estimate judges it ("study.key", e.g. the optimizer study's
+    interaction), that estimate; `rule` then says how its registration reads it (xsa/report/claims.py).
     """
     text: str
     theirs: str
@@ -101,6 +103,8 @@ class Claim:
     threshold: float = 0.0
     seed_effect: float | None = None  # the seed paper's effect, in the unit judged: relative for
     # val bpb (-0.0032 for -0.32%), absolute for CORE (see xsa/report/claims.py)
+    key: str | None = None
+    rule: str = "direction"  # "direction", "not higher" (a claim of no harm), "carries" (the interaction's reading)
 
 
 @dataclass(frozen=True)

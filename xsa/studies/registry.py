@@ -121,6 +121,13 @@ def _default() -> Study:
                     p, "diag_mass", "lower") for p, depth in (("cpu-w64-d4", "smaller"), ("cpu-w64-d8", "larger"))),
             *(Claim(f"XSA's runtime overhead is small (about 5% at most) at the {depth} depth", "small overhead", p,
                     "overhead", "lower", 0.05) for p, depth in (("cpu-w64-d4", "smaller"), ("cpu-w64-d8", "larger"))),
+            # the title's claims, judged by the optimizer study's registered endpoints once it is complete
+            *(Claim(f"XSA trains as stably as the baseline under Muon at width {w} (learning-rate sensitivity)",
+                    "stable training (loss curves; no number given)", "", "lr_sensitivity", "lower",
+                    key=f"optimizer.sensitivity_change_muon_cpu_w{w}_d4", rule="not higher") for w in (64, 128)),
+            Claim("The optimizer leaves XSA's gain unchanged within the d12 effect: it carries over from AdamW to Muon",
+                  "title question (Zhai tested AdamW only)", "", "val_bpb", "lower", key="optimizer.interaction",
+                  rule="carries"),
         ),
         core_arms=(*d4.arms(), *d8.arms()),
         # CORE on a fixed 200 items per task (the same items for every run) with the per-item
