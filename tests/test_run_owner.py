@@ -282,3 +282,32 @@ def test_no_command_writes_a_record_over_another_kind(tmp_path, capsys):
     assert e.value.code == 2 and "provenance record" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
     check_merge_target(run_dir / "eval.json")  # its own record: merged into, as before
+
+
+def test_an_adaptive_shard_that_loses_a_run_to_another_goes_on(monkeypatch):
+    """Two shards that pick the same pending run at once: the one that finds its folder taken as it starts
+    skips it and trains the next, rather than stopping (a failure of a run nobody else holds still stops it)."""
+    from types import SimpleNamespace
+    from xsa import pipeline as P
+    jobs = [SimpleNamespace(name=n, index=i, params={"out_dir": n}) for i, n in enumerate(("a", "b"))]
+    taken, trained = set(), []
+
+    def run_job(tag, job, ctx):
+        if job.name == "a":
+            taken.add("a")  # the other shard locked it first
+            raise P.StageError("RunFolderBusy")
+        trained.append(job.name)
+        return job.name
+
+    monkeypatch.setattr(P, "jobs_for", lambda stage, ctx: jobs)
+    monkeypatch.setattr(P, "is_done", lambda job, ctx: job.name in trained)
+    monkeypatch.setattr(P, "busy", lambda out_dir: out_dir in taken)
+    monkeypatch.setattr(P, "run_job", run_job)
+    monkeypatch.setattr(P, "redeclare", lambda ctx: True)
+    ctx = SimpleNamespace(mine=lambda i: True, study=SimpleNamespace(name="t"))
+    assert P.run_adaptive_train(ctx) == "b" and trained == ["b"]
+    taken.clear()
+    monkeypatch.setattr(P, "busy", lambda out_dir: False)  # a real failure: nobody holds the folder
+    trained.clear()
+    with pytest.raises(P.StageError):
+        P.run_adaptive_train(ctx)

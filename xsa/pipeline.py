@@ -271,7 +271,15 @@ def run_adaptive_train(ctx: Context) -> Path | None:
             print(f"[train] {ctx.study.name}: no run of this shard left to train ({done} this pass)",
                   flush=True)
             return last
-        last = run_job(f"[train {done + 1}, {len(pending)} pending] {pending[0].name}", pending[0], ctx)
+        tag = f"[train {done + 1}, {len(pending)} pending] {pending[0].name}"
+        try:
+            last = run_job(tag, pending[0], ctx)
+        except StageError:
+            # two processes picked the same run at once and the other took its folder first: it is the other's
+            if not busy(pending[0].params["out_dir"]):
+                raise
+            print(f"{tag}: taken by another process as it started, skipped", flush=True)
+            continue
         done += 1
         redeclare(ctx)
 

@@ -69,6 +69,11 @@ def endpoint_book(ours: dict) -> dict[str, Estimate]:
                                       f"{opt} at {preset}: the {arm} arm's LR sensitivity, seed-bootstrap interval",
                                       **SENSITIVITY)
     book.update(instability_book(ours["grids"]))
+    book["selections"] = fact("selections", len(ours["selections"]), "selections", "the study's LR selections "
+                              "(width, optimizer, arm)", "descriptive")
+    book["selections_at_edge"] = fact("selections_at_edge", sum(v["at_edge"] for v in ours["selections"].values()),
+                                      "selections", "selections (width, optimizer, arm) at an end of their extended "
+                                      "grid: the best rate reached, not shown to be the optimum", "descriptive")
     for k in DIRECTIONS:
         book[f"{k}_direction"] = direction(k, book[k])
     book["interaction_reading"] = carries("interaction_reading", book["interaction"])
