@@ -273,7 +273,7 @@ def test_the_sink_study_once_complete_says_its_registered_outcome(tmp_path, keep
     assert training["progress"].verdict == "training"
     assert not any(k.endswith("_outcome") or k.startswith("xsa_") for k in training)
     said = " ".join(" ".join(c for kind, c in _render({**committed_book, "sink": training}) if kind == "markdown").split())
-    assert "Each registration allows a reading before the last record" in said and says not in said
+    assert "registration decides its outcome on its last record" in said and says not in said
     _plant(tmp_path, keep)
     sink = sink_book(tmp_path)
     assert sink["progress"].verdict == "complete"
@@ -283,7 +283,7 @@ def test_the_sink_study_once_complete_says_its_registered_outcome(tmp_path, keep
     read: set = set()
     book = {name: _Reads(est, read=read, study=name) for name, est in {**committed_book, "sink": sink}.items()}
     said = " ".join(" ".join(c for kind, c in _render(book) if kind == "markdown").split())
-    assert said.count(says) == 2 and "Each registration allows" not in said
+    assert said.count(says) == 2 and "registration decides its outcome on its last record" not in said
     assert "the output gate on both arms" in said and "the learned sink on both arms" in said
     assert {"sink.gate_outcome", "sink.sink_outcome", "sink.progress"} <= read
 
