@@ -30,8 +30,9 @@ SENSITIVITY = dict(unit="absolute", metric="lr_sensitivity")  # in bits per byte
 VERDICT_KINDS = {**{f"{k}_direction": "direction" for k in DIRECTIONS}, "interaction_reading": "carries"}
 
 
-def optimizer_book(results) -> dict[str, Estimate]:
-    ours = O.estimates(Path(results))
+def optimizer_book(results, ours: dict | None = None) -> dict[str, Estimate]:
+    """`ours`: the study's analysis of `results` (optimizer_analysis.estimates), read here if not given."""
+    ours = ours if ours is not None else O.estimates(Path(results))
     counts = ours["counts"]
     complete = counts["pending"] == 0 and not counts["pending_comparisons"]
     book = {e.key: e for e in (

@@ -369,14 +369,15 @@ def seeds_ahead(key: str, runs, pair) -> dict:
 # -----------------------------------------------------------------------------
 # The two studies under way: how far their records have come
 
-def later_books(results) -> dict[str, dict]:
+def later_books(results, optimizer: dict | None = None) -> dict[str, dict]:
     """The books of the studies after the scale study: the factorial's registered estimates with its post hoc
-    readings (factorial_extra), and the sink and optimizer studies' progress."""
-    return {"factorial": {**factorial_book(results), **factorial_extra(results)}, **progress_books(results)}
+    readings (factorial_extra), and the sink and optimizer studies' progress (`optimizer`: the optimizer
+    study's analysis, where the caller has read it already)."""
+    return {"factorial": {**factorial_book(results), **factorial_extra(results)}, **progress_books(results, optimizer)}
 
 
-def progress_books(results) -> dict[str, dict]:
+def progress_books(results, optimizer: dict | None = None) -> dict[str, dict]:
     """{"sink": ..., "optimizer": ...}: each study's declared and finished runs (and what they cost so far),
     the counts its text states while it trains; no registered outcome is read from them until the last
     record lands (the registrations say when: xsa/books/sink.py, xsa/books/optimizer.py)."""
-    return {"sink": sink_book(results), "optimizer": optimizer_book(results)}
+    return {"sink": sink_book(results), "optimizer": optimizer_book(results, optimizer)}

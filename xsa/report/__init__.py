@@ -201,9 +201,9 @@ def build(study, results_dir, out_dir=None, leave_out=(), interim: bool = False)
     tables["scale"], tables["scale_gates"], across = [], [], None
     if study.prediction:  # the scale study's levels, model and prediction, from what it has trained so far
         estimates[study.prediction], scale_tables, across = scale_parts(study, results_dir, leave_out)
-        estimates.update(later_books(results_dir))  # the factorial, sink and optimizer studies, as far as trained
+        estimates.update(later_books(results_dir, ours := optimizer_analysis.estimates(results_dir)))  # read once
         tables["factorial"] = with_sds(factorial_table(estimates["factorial"]), estimates["factorial"])
-        tables.update(scale_tables, optimizer_grid=optimizer_grid_table(optimizer_analysis.estimates(results_dir)))
+        tables.update(scale_tables, optimizer_grid=optimizer_grid_table(ours))
         done = [(name, load_runs(results_dir, list(estimates[study.prediction][key].runs)))  # its runs so far
                 for name, key in ((study.prediction, "runs_done"), *((c.name, f"{c.key}_runs_done") for c in CHECKS))]
         tables["runs"] = tables["runs"] + every_run_table(done)
